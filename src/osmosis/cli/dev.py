@@ -1,0 +1,7 @@
+"""`osmosis dev`: developer utilities (the scripted model server)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Developer utilities.", no_args_is_help=True)
