@@ -1,0 +1,34 @@
+# osmosis developer entry points. `make demo` and `make test` are the README's quickstart.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INTEROP_VENV ?= .venv-interop
+
+.PHONY: install test test-fast lint check demo clean
+
+$(BIN)/uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet uv
+
+install: $(BIN)/uv  ## the project with its dev tools, and the osmosis-ai venv for interop tests
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	bash scripts/make-interop-venv.sh $(INTEROP_VENV) || echo "interop venv unavailable: interop tests will be skipped"
+
+test: install  ## the whole suite, slow and interop tests included
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+test-fast:  ## leave out the slow end-to-end tests
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow"
+
+lint:
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/mypy
+
+check: lint test
+
+demo: install  ## serve the example rollout and evaluate it against the scripted model
+	$(BIN)/python examples/demo.py
+
+clean:
+	rm -rf $(VENV) $(INTEROP_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,132 @@
+"""ATIF v1.7 trajectory documents: one per finished rollout, written beside its artifacts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from osmosis.rollout.context import PolicyCall
+from osmosis.rollout.types import Message
+
+ATIF_VERSION = "ATIF-v1.7"
+AGENT_NAME = "osmosis-rollout-sdk"
+_SOURCES = {"system": "system", "developer": "system", "user": "user", "assistant": "agent"}
+
+logger = logging.getLogger(__name__)
+
+
+def build_trajectory(
+    *,
+    rollout_id: str,
+    messages: Sequence[Message],
+    calls: Sequence[PolicyCall] = (),
+    agent_version: str,
+    osmosis: Mapping[str, Any],
+) -> dict[str, Any]:
+    """An ATIF document for one rollout.
+
+    doc = build_trajectory(rollout_id="r1", messages=msgs, agent_version="0.1.0", osmosis={})
+    doc["steps"][0]["source"]  # "system" or "user"
+    """
+    steps: list[dict[str, Any]] = []
+    unmatched = list(calls)
+    for message in messages:
+        role = str(message.get("role", ""))
+        if role == "tool" and steps and steps[-1]["source"] == "agent":
+            result = {"source_call_id": message.get("tool_call_id"), "content": _text(message)}
+            steps[-1].setdefault("observation", {"results": []})["results"].append(result)
+            continue
+        step: dict[str, Any] = {
+            "step_id": len(steps) + 1,
+            "source": _SOURCES.get(role, "user" if role != "tool" else "agent"),
+            "message": _text(message),
+        }
+        tool_calls = message.get("tool_calls")
+        if tool_calls:
+            step["tool_calls"] = [_tool_call(call) for call in tool_calls]
+        if role == "assistant":
+            call = _take_matching_call(unmatched, message)
+            if call is not None:
+                step["model_name"] = call.model
+                step["metrics"] = _drop_none(
+                    {
+                        "prompt_tokens": call.prompt_tokens,
+                        "completion_tokens": call.completion_tokens,
+                        "latency_ms": call.latency_ms,
+                    }
+                )
+        steps.append(_drop_none(step))
+    final: dict[str, Any] = {"total_steps": len(steps)}
+    if calls:
+        final["total_prompt_tokens"] = sum(c.prompt_tokens or 0 for c in calls)
+        final["total_completion_tokens"] = sum(c.completion_tokens or 0 for c in calls)
+        final["total_policy_calls"] = len(calls)
+    return {
+        "schema_version": ATIF_VERSION,
+        "session_id": rollout_id,
+        "trajectory_id": rollout_id,
+        "agent": {"name": AGENT_NAME, "version": agent_version},
+        "steps": steps,
+        "final_metrics": final,
+        "extra": {"osmosis": dict(osmosis)},
+    }
+
+
+def write_trajectory(path: Path, document: Mapping[str, Any]) -> None:
+    """Write atomically, best effort: a trajectory must never change a rollout's outcome."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=".trajectory-", suffix=".tmp", delete=False
+        ) as tmp:
+            json.dump(document, tmp, default=_fallback, allow_nan=False)
+        os.replace(tmp.name, path)
+    except (OSError, TypeError, ValueError):
+        logger.warning("could not write trajectory %s", path, exc_info=True)
+
+
+def _take_matching_call(calls: list[PolicyCall], message: Message) -> PolicyCall | None:
+    for index, call in enumerate(calls):
+        if call.response_message.get("content") == message.get("content") and (
+            call.response_message.get("tool_calls") == message.get("tool_calls")
+        ):
+            return calls.pop(index)
+    return None
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    function = call.get("function", {}) if isinstance(call, Mapping) else {}
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    return {
+        "tool_call_id": call.get("id") if isinstance(call, Mapping) else None,
+        "function_name": function.get("name"),
+        "arguments": arguments,
+    }
+
+
+def _text(message: Message) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return str(content)
+
+
+def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _fallback(value: Any) -> Any:
+    return repr(value)
