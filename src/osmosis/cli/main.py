@@ -48,10 +48,19 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", "-V", callback=_version_callback, is_eager=True, help="Print the version."
+        False,
+        "--version",
+        "-V",
+        callback=_version_callback,
+        is_eager=True,
+        help="Print the version.",
     ),
-    json_output: bool = typer.Option(False, "--json", help="Structured JSON output (anywhere on the line)."),
-    plain: bool = typer.Option(False, "--plain", help="Low-noise text; tab-separated rows for lists."),
+    json_output: bool = typer.Option(
+        False, "--json", help="Structured JSON output (anywhere on the line)."
+    ),
+    plain: bool = typer.Option(
+        False, "--plain", help="Low-noise text; tab-separated rows for lists."
+    ),
 ) -> None:
     """Evaluate LLM agent rollouts on your machine or a self-hosted platform."""
 

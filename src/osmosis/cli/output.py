@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -21,7 +21,7 @@ from osmosis._version import __version__
 SCHEMA_VERSION = 1
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     RICH = "rich"
     PLAIN = "plain"
     JSON = "json"
@@ -162,12 +162,18 @@ class Output:
                 {
                     "command": self.command,
                     "cli_version": __version__,
-                    "error": {"code": error.code, "message": error.message, "details": error.details},
+                    "error": {
+                        "code": error.code,
+                        "message": error.message,
+                        "details": error.details,
+                    },
                 },
                 stream=sys.stderr,
             )
             return
-        self.err_console.print(f"error: {error.message}", markup=False, highlight=False, style="red")
+        self.err_console.print(
+            f"error: {error.message}", markup=False, highlight=False, style="red"
+        )
         if error.hint:
             self.err_console.print(f"hint: {error.hint}", markup=False, highlight=False)
 

@@ -53,6 +53,13 @@ def _shared_client() -> httpx.AsyncClient:
     return client
 
 
+async def close_shared_client() -> None:
+    """Close this event loop's pooled client (the rollout server does so at shutdown)."""
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
 async def chat(
     messages: Sequence[Message],
     *,

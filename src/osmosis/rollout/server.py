@@ -92,6 +92,9 @@ def create_rollout_server(
             state["accepting"] = False
             await _stop_all(registry)
             await backend.shutdown()
+            policy = sys.modules.get("osmosis.rollout.policy")  # loaded only if a workflow used it
+            if policy is not None:
+                await policy.close_shared_client()
 
     app = FastAPI(
         title="osmosis rollout server",
