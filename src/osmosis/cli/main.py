@@ -10,9 +10,11 @@ import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 
-import click
 import typer
 from rich.console import Console
+
+# typer 0.29 vendors click; its exceptions are only reachable here.
+from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
 from osmosis.cli.output import CLIError, Mode, Output
@@ -106,17 +108,17 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     except CLIError as error:
         out.error(error)
         return error.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         return 130
     except KeyboardInterrupt:
         out.err_console.print("interrupted", markup=False)
         return 130
-    except click.ClickException as error:
+    except click_exceptions.ClickException as error:
         if mode is Mode.JSON:
             out.error(CLIError(error.format_message(), code="VALIDATION"))
         else:
             error.show()
-        return 2 if isinstance(error, click.UsageError) else 1
+        return 2 if isinstance(error, click_exceptions.UsageError) else 1
     finally:
         _output.reset(token)
 

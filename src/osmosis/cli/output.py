@@ -71,6 +71,11 @@ class Output:
         else:
             stream.write(text + "\n")
 
+    def _write_plain(self, line: str) -> None:
+        # Rich expands tabs to spaces; plain mode promises real tab-separated fields.
+        self.console.file.write(line + "\n")
+        self.console.file.flush()
+
     def detail(self, data: Mapping[str, Any], *, title: str | None = None) -> None:
         """One resource: a two-column table, `key<TAB>value` lines, or `{data}`."""
         if self.mode is Mode.JSON:
@@ -78,7 +83,7 @@ class Output:
             return
         if self.mode is Mode.PLAIN:
             for key, value in data.items():
-                self.console.print(f"{key}\t{_plain(value)}", markup=False, highlight=False)
+                self._write_plain(f"{key}\t{_plain(value)}")
             return
         table = Table(title=title, show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
@@ -112,8 +117,7 @@ class Output:
             return
         if self.mode is Mode.PLAIN:
             for item in items:
-                row = "\t".join(_plain(item.get(c)) for c in columns)
-                self.console.print(row, markup=False, highlight=False)
+                self._write_plain("\t".join(_plain(item.get(c)) for c in columns))
             return
         table = Table(title=title)
         for column in columns:
