@@ -1,7 +1,7 @@
 """The `osmosis` command: global options, command groups, and the error/exit-code policy.
 
-Start-up stays light: this module imports typer and rich only. Each command imports what it
-needs (FastAPI, pyarrow, litellm, ...) inside its own function body.
+Start-up stays light: this module imports typer only; rich loads when something prints, and
+each command imports what it needs (FastAPI, pyarrow, litellm, ...) inside its own body.
 """
 
 from __future__ import annotations
@@ -9,15 +9,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 # typer 0.29 vendors click; its exceptions are only reachable here.
 from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
 from osmosis.cli.output import CLIError, Mode, Output
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _output: ContextVar[Output] = ContextVar("osmosis_cli_output")
 

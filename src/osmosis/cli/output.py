@@ -11,12 +11,12 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TextIO
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, TextIO
 
 from osmosis._version import __version__
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA_VERSION = 1
 
@@ -56,8 +56,33 @@ class Output:
 
     mode: Mode = Mode.RICH
     command: str = ""
-    console: Console = field(default_factory=Console)
-    err_console: Console = field(default_factory=lambda: Console(stderr=True))
+    # Rich loads on first use: commands that print nothing (or JSON) never pay for it.
+    _console: Console | None = field(default=None, repr=False)
+    _err_console: Console | None = field(default=None, repr=False)
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        return self._console
+
+    @console.setter
+    def console(self, console: Console) -> None:
+        self._console = console
+
+    @property
+    def err_console(self) -> Console:
+        if self._err_console is None:
+            from rich.console import Console
+
+            self._err_console = Console(stderr=True)
+        return self._err_console
+
+    @err_console.setter
+    def err_console(self, console: Console) -> None:
+        self._err_console = console
 
     @property
     def interactive(self) -> bool:
@@ -85,6 +110,8 @@ class Output:
             for key, value in data.items():
                 self._write_plain(f"{key}\t{_plain(value)}")
             return
+        from rich.table import Table
+
         table = Table(title=title, show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
         table.add_column()
@@ -119,6 +146,8 @@ class Output:
             for item in items:
                 self._write_plain("\t".join(_plain(item.get(c)) for c in columns))
             return
+        from rich.table import Table
+
         table = Table(title=title)
         for column in columns:
             table.add_column(column.replace("_", " ").title())
