@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     runs = parser.parse_args().runs
     baseline = median_seconds([sys.executable, "-c", "pass"], runs)
-    print(f"{'command':<24}{'median s':>10}{'× bare python':>16}")
+    print(f"{'command':<24}{'median s':>10}{'x bare python':>16}")
     print(f"{'python -c pass':<24}{baseline:>10.3f}{1.0:>16.1f}")
     for args in (["--help"], ["--version"], ["dev", "--help"]):
         seconds = median_seconds([OSMOSIS, *args], runs)
