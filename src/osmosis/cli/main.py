@@ -72,10 +72,11 @@ def _root(
 
 def _register_groups() -> None:
     # Each group module imports only typer at module level, so `osmosis --help` stays fast.
-    from osmosis.cli import dataset, dev
+    from osmosis.cli import dataset, dev, eval
 
     app.add_typer(dataset.app, name="dataset")
     app.add_typer(dev.app, name="dev")
+    app.add_typer(eval.app, name="eval")
 
 
 _register_groups()

@@ -124,15 +124,36 @@ class RolloutClient:
     async def wait(
         self, lease: Lease, *, deadline_sec: float | None = None
     ) -> RolloutResultResponse:
-        """Long-poll until the rollout reaches a terminal status (renewing its lease)."""
+        """Long-poll until the rollout reaches a terminal status (each poll renews its lease).
+
+        With `deadline_sec`, a server that stops answering (user code blocking its event loop,
+        say) ends in `ResultDeadlineExceeded` at the deadline rather than hanging the run.
+        """
         give_up_at = None if deadline_sec is None else time.monotonic() + deadline_sec
         path = f"/rollout/{lease.rollout_id}/result"
+        poll_timeout = lease.result_wait_timeout_sec + 30.0
+        stalled = 0
         while True:
-            if give_up_at is not None and time.monotonic() > give_up_at:
-                raise ResultDeadlineExceeded(
-                    f"rollout {lease.rollout_id} gave no result within {deadline_sec:g}s"
+            timeout = poll_timeout
+            if give_up_at is not None:
+                remaining = give_up_at - time.monotonic()
+                if remaining <= 0:
+                    raise ResultDeadlineExceeded(
+                        f"rollout {lease.rollout_id} gave no result within {deadline_sec:g}s"
+                    )
+                timeout = min(poll_timeout, remaining + 0.5)
+            try:
+                response = await self._request(
+                    "GET", path, headers={LEASE_HEADER: lease.token}, timeout=timeout
                 )
-            response = await self._request("GET", path, headers={LEASE_HEADER: lease.token})
+            except RolloutServerUnavailable as exc:
+                stalled += 1
+                read_timeout = isinstance(exc.__cause__, httpx.ReadTimeout)
+                if give_up_at is None and (not read_timeout or stalled > self._transport_retries):
+                    raise
+                if give_up_at is not None and not read_timeout:
+                    raise
+                continue  # a stalled server: the deadline check above decides when to stop
             if response.status_code in _RETRYABLE_POLL_STATUSES:
                 await asyncio.sleep(_DEFAULT_RETRY_AFTER_SEC)
                 continue
@@ -164,7 +185,9 @@ class RolloutClient:
                 return await self._http.request(method, path, **kwargs)  # type: ignore[arg-type]
             except httpx.TransportError as exc:
                 never_sent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-                if attempt == self._transport_retries or not (idempotent or never_sent):
+                timed_out = isinstance(exc, httpx.ReadTimeout)  # the caller owns read deadlines
+                last = attempt == self._transport_retries
+                if last or timed_out or not (idempotent or never_sent):
                     raise RolloutServerUnavailable(
                         f"rollout server unreachable ({method} {path}): {exc!r}"
                     ) from exc
