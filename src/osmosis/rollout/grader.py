@@ -60,6 +60,9 @@ class Grader(ABC):
 def require_reward(sample: RolloutSample | None) -> None:
     """After grading, a sample must carry a reward unless it was removed."""
     if sample is None:
-        raise ValueError("the grader ran without a sample; the workflow produced no messages")
+        raise ValueError(
+            "the grader ran without a sample: the workflow returned no messages, registered no "
+            "sample source and made no recorded policy call"
+        )
     if sample.reward is None and not sample.remove_sample:
         raise ValueError("sample has no reward after grading; call ctx.set_reward(...)")

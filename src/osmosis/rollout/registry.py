@@ -140,10 +140,8 @@ class RolloutRegistry:
         rollout = self._rollouts.get(rollout_id)
         if rollout is None:
             return "not_found"
-        if rollout.cancel_disposition is not None:
-            return rollout.cancel_disposition  # cancelling twice answers the same way
         if rollout.result is not None:
-            return "not_found"  # finished work has nothing left to cancel
+            return "not_found"  # finished (cancelled ones too): nothing left to cancel
         rollout.cancel_disposition = (
             "cancelled_queued" if rollout.status is RolloutStatus.QUEUED else "cancelled_running"
         )

@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from osmosis._version import __version__
@@ -51,7 +52,7 @@ logger = logging.getLogger("osmosis.rollout")
 DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
 DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
-_SHUTDOWN_GRACE_SEC = 5.0
+DEFAULT_SHUTDOWN_GRACE_SEC = 10.0
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 
@@ -65,9 +66,11 @@ def create_rollout_server(
     polling_lease_timeout_sec: float = DEFAULT_POLLING_LEASE_TIMEOUT_SEC,
     result_retention_sec: float = DEFAULT_RESULT_RETENTION_SEC,
     api_key: str | None = None,
+    shutdown_grace_sec: float = DEFAULT_SHUTDOWN_GRACE_SEC,
 ) -> FastAPI:
     """Build the rollout server app around `backend`. With `api_key`, every route requires
-    `Authorization: Bearer <api_key>`."""
+    `Authorization: Bearer <api_key>`. On shutdown, rollouts in flight get
+    `shutdown_grace_sec` to finish before they are cancelled."""
     if configure_logging:
         _configure_logging()
     registry = RolloutRegistry(
@@ -90,7 +93,7 @@ def create_rollout_server(
                     yield
         finally:
             state["accepting"] = False
-            await _stop_all(registry)
+            await _drain(registry, shutdown_grace_sec)
             await backend.shutdown()
             policy = sys.modules.get("osmosis.rollout.policy")  # loaded only if a workflow used it
             if policy is not None:
@@ -105,6 +108,7 @@ def create_rollout_server(
     )
     if api_key is not None:
         app.add_middleware(_BearerAuth, api_key=api_key)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -206,6 +210,17 @@ async def _run(
     registry.finish(tracked, _wire_result(tracked.rollout_id, result))
 
 
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 with FastAPI's usual shape, minus the rejected input: a non-finite number in it
+    (`1e999`) cannot be written as JSON, and echoing it would turn a 422 into a 500."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = [
+        {key: value for key, value in error.items() if key in ("type", "loc", "msg")}
+        for error in errors
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def _wire_result(rollout_id: str, result: ExecutionResult) -> RolloutResultResponse:
     sample = result.sample.wire_copy() if result.sample is not None else None
     if sample is not None and (result.status is not RolloutStatus.SUCCESS or sample.remove_sample):
@@ -225,12 +240,17 @@ def _cancelled(rollout_id: str) -> RolloutResultResponse:
     )
 
 
-async def _stop_all(registry: RolloutRegistry) -> None:
+async def _drain(registry: RolloutRegistry, grace_sec: float) -> None:
+    """Let rollouts in flight finish (their controller may still collect them), then cancel
+    whatever is left so the process can exit."""
     tasks = registry.tasks()
-    for task in tasks:
-        task.cancel()
     if tasks:
-        await asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_SEC)
+        await asyncio.wait(tasks, timeout=grace_sec)
+    leftover = [task for task in tasks if not task.done()]
+    for task in leftover:
+        task.cancel()
+    if leftover:
+        await asyncio.wait(leftover, timeout=5.0)
 
 
 def _configure_logging() -> None:
@@ -274,5 +294,6 @@ __all__ = [
     "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
     "DEFAULT_RESULT_RETENTION_SEC",
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
+    "DEFAULT_SHUTDOWN_GRACE_SEC",
     "create_rollout_server",
 ]
