@@ -32,7 +32,7 @@ class EvalProgress:
         self._task: TaskID | None = None
 
     def stage(self, message: str) -> None:
-        self._print(f"→ {message}")
+        self._print(message if message.startswith("→") else f"→ {message}")
 
     def log_line(self, line: str) -> None:
         if self.verbose:

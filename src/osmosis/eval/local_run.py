@@ -12,9 +12,10 @@ way out, also on Ctrl-C; a SIGKILL of this process kills the rollout server with
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,7 +143,7 @@ async def _dispatch(
             plan.entrypoint,
             env={**plan.config.env, **plan.secrets.values},
             artifact_root=artifact_root,
-            log=lambda line: (run.log(line), reporter.log_line(line)),
+            log=_rollout_log(run, reporter),
             redactor=redactor,
         )
         stack.push_async_callback(process.stop)
@@ -180,21 +181,33 @@ async def _policy(
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
     from osmosis.eval.bridge import ModelBridge
-    from osmosis.eval.local_model import LocalModelServer, is_local_model
-    from osmosis.eval.providers import ModelPreflightError, preflight, resolve_model
+    from osmosis.eval.local_model import LocalModelError, LocalModelServer, is_local_model
+    from osmosis.eval.model_preflight import ModelPreflightError, preflight
+    from osmosis.eval.providers import ModelResolutionError, ModelTarget, resolve_model
 
     model_path = plan.config.experiment.model_path
     environ = {**plan.options.environ, **plan.config.env, **plan.secrets.values}
     async with contextlib.AsyncExitStack() as stack:
-        if is_local_model(model_path):
-            log(f"starting local model {model_path}")
-            server = await stack.enter_async_context(LocalModelServer.for_model(model_path))
-            target = server.target()
-        else:
-            target = resolve_model(model_path, environ)
+        try:
+            if is_local_model(model_path):
+                log(f"starting local model {model_path}")
+                # llama.cpp threads spin-wait: leave a core to the engine and the rollout.
+                server = LocalModelServer.for_model(model_path, n_threads=_model_threads())
+                await stack.enter_async_context(server)
+                target = ModelTarget(
+                    kind="openai-compatible",
+                    model=server.model,
+                    api_base=server.base_url,
+                    api_key=server.api_key,
+                    model_path=model_path,
+                )
+            else:
+                target = resolve_model(model_path, environ)
+        except (LocalModelError, ModelResolutionError) as error:
+            raise RunFailed(str(error), hint="nothing was dispatched") from None
         log(f"checking model {model_path}")
         try:
-            await preflight(target)
+            await preflight(target, redact=redactor.redact)
         except ModelPreflightError as error:
             raise RunFailed(
                 f"model pre-flight failed for {model_path}: {redactor.redact(str(error))}",
@@ -283,6 +296,11 @@ def _redactor(plan: LocalRunPlan, bridge_token: str) -> Redactor:
     return Redactor(values)
 
 
+def _model_threads() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - 1)
+
+
 def _capacity(health: dict[str, object]) -> int | None:
     concurrency = health.get("concurrency")
     if isinstance(concurrency, dict):
@@ -291,6 +309,14 @@ def _capacity(health: dict[str, object]) -> int | None:
             return value
     value = health.get("max_queue_depth")
     return value if isinstance(value, int) and value > 0 else None
+
+
+def _rollout_log(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
+    def log(line: str) -> None:
+        run.log(line)
+        reporter.log_line(line)  # shown with --verbose only
+
+    return log
 
 
 def _tee(run: RunDirectory, reporter: Reporter) -> Any:
