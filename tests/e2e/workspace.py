@@ -119,3 +119,35 @@ def row(kind: str, a: int = 6, b: int = 7, **extra) -> dict:
         "ground_truth": str(a * b),
         "metadata": {"kind": kind, **extra},
     }
+
+
+# The same scripted logic written against the open-source osmosis-ai 0.3.x SDK: it has no
+# ctx.chat helper, so it calls the rollout-scoped URL with httpx, as its users do.
+OSMOSIS_AI_MAIN = SCRIPTED_MAIN.replace(
+    """from osmosis import (AgentWorkflow, AgentWorkflowConfig, ConcurrencyConfig, Grader,
+                     LocalBackend, create_rollout_server)""",
+    """import httpx
+from osmosis_ai.rollout import (AgentWorkflow, AgentWorkflowConfig, ConcurrencyConfig, Grader,
+                                LocalBackend, get_rollout_context)
+from osmosis_ai.rollout.server import create_rollout_server
+
+
+async def chat(messages):
+    rollout = get_rollout_context()
+    async with httpx.AsyncClient(timeout=60) as client:
+        response = await client.post(
+            rollout.chat_completions_url + "/chat/completions",
+            headers={"Authorization": "Bearer " + rollout.api_key},
+            json={"model": "any", "messages": messages},
+        )
+    response.raise_for_status()
+    return response.json()["choices"][0]["message"]""",
+).replace("reply = await ctx.chat(ctx.prompt)", "reply = await chat(ctx.prompt)")
+
+OSMOSIS_AI_PYPROJECT = """\
+[project]
+name = "scripted-osmosis-ai"
+version = "0.1.0"
+requires-python = ">=3.12"
+dependencies = ["osmosis-ai[server]==0.3.8"]
+"""

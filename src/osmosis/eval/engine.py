@@ -110,6 +110,8 @@ class PolicyBridge(Protocol):
 
     def take_calls(self, rollout_id: str) -> Sequence[PolicyCall]: ...
 
+    def forget(self, rollout_id: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -254,12 +256,13 @@ class Engine:
         try:
             result = await self._dispatch(item, rollout_id)
         except _Halt:
-            self.bridge.take_calls(rollout_id)
+            self.bridge.forget(rollout_id)
             return False
         finally:
             self._in_flight.discard(rollout_id)
         duration_ms = (time.monotonic() - started) * 1000
         calls = list(self.bridge.take_calls(rollout_id))
+        self.bridge.forget(rollout_id)  # memory follows what is in flight, not what is done
         if result.status is not RolloutStatus.SUCCESS and self._system_fault(calls):
             # The failure came from the provider or the platform, not the rollout: pending.
             return False

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import httpx
 
 from osmosis.rollout.context import PolicyCall, RolloutContext, require_rollout_context
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 # The bridge ignores the model name and pins the run's model; this one only fills the field.
 PLACEHOLDER_MODEL = "osmosis-rollout"
-_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+_TIMEOUT_SEC = 600.0
+_TIMEOUT = httpx.Timeout(_TIMEOUT_SEC, connect=10.0)
 
 
 class PolicyError(Exception):
@@ -38,26 +40,30 @@ class PolicyError(Exception):
         self.status_code = status_code
 
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _shared_client() -> httpx.AsyncClient:
-    # One pooled client per event loop: a connection per call would dominate fast policies.
+def _shared_session() -> aiohttp.ClientSession:
+    # One pooled session per event loop: a connection per call would dominate fast policies,
+    # and aiohttp's pool stays cheap at the concurrency rollouts run at (httpx's does not).
     loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(timeout=_TIMEOUT)
-        _clients[loop] = client
-    return client
+    session = _sessions.get(loop)
+    if session is None or session.closed:
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=_TIMEOUT_SEC, sock_connect=10.0),
+        )
+        _sessions[loop] = session
+    return session
 
 
 async def close_shared_client() -> None:
-    """Close this event loop's pooled client (the rollout server does so at shutdown)."""
-    client = _clients.pop(asyncio.get_running_loop(), None)
-    if client is not None:
-        await client.aclose()
+    """Close this event loop's pooled session (the rollout server does so at shutdown)."""
+    session = _sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
 
 
 async def chat(
@@ -81,11 +87,13 @@ async def chat(
         body["tools"] = list(tools)
     headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
     started = time.perf_counter()
-    response = await _shared_client().post(url, json=body, headers=headers)
+    async with _shared_session().post(url, json=body, headers=headers) as response:
+        content = await response.read()
+        status = response.status
     latency_ms = (time.perf_counter() - started) * 1000
-    if response.status_code >= 400:
-        raise PolicyError(response.status_code, _error_text(response))
-    payload = response.json()
+    if status >= 400:
+        raise PolicyError(status, _error_text(content))
+    payload = json.loads(content)
     message = dict(payload["choices"][0]["message"])
     _record(ctx, body, message, payload, latency_ms)
     return message
@@ -172,11 +180,11 @@ def _record(
     )
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(content: bytes) -> str:
     try:
-        error = response.json().get("error")
+        error = json.loads(content).get("error")
         if isinstance(error, dict) and error.get("message"):
             return str(error["message"])
-    except ValueError:
+    except (ValueError, AttributeError):
         pass
-    return response.text[:500]
+    return content[:500].decode("utf-8", errors="replace")
