@@ -34,8 +34,8 @@ lint:
 
 check: lint test
 
-demo: install  ## serve the example rollout and evaluate it against the scripted model
-	$(BIN)/python examples/demo.py
+demo: install  ## evaluate the example workspace end to end on the local SmolLM2 model
+	cd examples/workspace && ../../$(BIN)/osmosis eval run configs/eval/multiply.toml --name demo --fresh --yes
 
 clean:
 	rm -rf $(VENV) $(INTEROP_VENV) .pytest_cache .mypy_cache .ruff_cache

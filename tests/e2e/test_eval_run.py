@@ -235,3 +235,35 @@ def _gone_within(pid: int, *, seconds: float) -> bool:
             return True  # a zombie: dead, waiting to be reaped by init
         time.sleep(0.05)
     return False
+
+
+def test_ctrl_c_records_what_finished_stops_the_rollout_and_resumes(tmp_path, fake_model):
+    rows = [row("pass", a, 7, sleep=0.3) for a in range(2, 22)]
+    config = make_workspace(tmp_path, rows, limit=20, batch_size=2)
+    pid_file = tmp_path / "rollout.pid"
+    env = model_env(fake_model, PID_FILE=str(pid_file), MAX_CONCURRENT="2")
+    process = subprocess.Popen(
+        [*CLI, "eval", "run", str(config), "--name", "interrupted", "-y"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    journal = run_dir(tmp_path, "interrupted") / "events.jsonl"
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and len(journal.read_bytes().splitlines()) >= 4):
+        assert time.monotonic() < deadline and process.poll() is None, "run never got going"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 130
+    assert _gone_within(int(pid_file.read_text()), seconds=10)
+    metrics = json.loads((run_dir(tmp_path, "interrupted") / "metrics.json").read_text())
+    assert metrics["eval_run"]["status"] == "incomplete"
+    assert metrics["summary"]["total_samples"] == len(read_jsonl(journal)) < 20
+    resumed = osmosis(
+        "eval", "run", str(config), "--name", "interrupted", "-y", cwd=tmp_path, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted((e["row_index"], e["run_index"]) for e in read_jsonl(journal)) == [
+        (r, 0) for r in range(20)
+    ]

@@ -11,6 +11,7 @@ way out, also on Ctrl-C; a SIGKILL of this process kills the rollout server with
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -107,7 +108,15 @@ async def run_local(plan: LocalRunPlan, reporter: Reporter) -> LocalRunReport:
         if pending == 0:
             report.nothing_to_do = True
         else:
-            outcome = await _dispatch(plan, run, redactor, reporter, pending, bridge_token)
+            try:
+                outcome = await _dispatch(plan, run, redactor, reporter, pending, bridge_token)
+            except asyncio.CancelledError:
+                # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
+                report.interrupted = True
+                report.duration_ms = round((time.monotonic() - started) * 1000, 3)
+                _finish(plan, run, report)
+                run.log("interrupted; run again with the same --name to resume")
+                raise
             report.dispatched = outcome.dispatched
             report.halted = outcome.halted
             report.interrupted = outcome.interrupted
