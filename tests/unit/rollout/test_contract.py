@@ -1,6 +1,5 @@
 """The user-facing contract: outputs, samples, rewards, configs and error categories."""
 
-import asyncio
 import math
 
 import pytest
@@ -115,7 +114,6 @@ def test_configs_keep_user_fields_and_default_to_four_concurrent():
     ("exc", "category"),
     [
         (TimeoutError(), ErrorCategory.TIMEOUT),
-        (asyncio.TimeoutError(), ErrorCategory.TIMEOUT),
         (ValueError("x"), ErrorCategory.VALIDATION_ERROR),
         (TypeError("x"), ErrorCategory.VALIDATION_ERROR),
         (AssertionError("x"), ErrorCategory.VALIDATION_ERROR),

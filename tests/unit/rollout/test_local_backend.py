@@ -32,7 +32,7 @@ class SleepThenAnswer(AgentWorkflow):
 
 class BlockTheLoop(AgentWorkflow):
     async def run(self, ctx):
-        time.sleep(0.3)  # synchronous: the deadline cannot interrupt it
+        time.sleep(0.3)  # noqa: ASYNC251 - on purpose: the deadline cannot interrupt it
         return [*ctx.prompt, {"role": "assistant", "content": "4"}]
 
 
@@ -81,9 +81,7 @@ async def test_queue_time_counts_against_the_agent_deadline(tmp_path):
     first = asyncio.create_task(backend.execute(request("a", metadata={"sleep": 0.6})))
     await asyncio.sleep(0.05)
     # Its own work (0.3 s) fits in 0.8 s, but 0.55 s of waiting for the slot does not.
-    second = await backend.execute(
-        request("b", metadata={"sleep": 0.3}, agent_timeout_sec=0.8)
-    )
+    second = await backend.execute(request("b", metadata={"sleep": 0.3}, agent_timeout_sec=0.8))
     assert (await first).result.status is RolloutStatus.SUCCESS
     assert second.result.status is RolloutStatus.FAILURE
     assert second.result.err_category is ErrorCategory.TIMEOUT
@@ -147,5 +145,5 @@ def test_import_strings_resolve_and_bad_ones_explain(tmp_path):
         artifact_root=tmp_path,
     )
     assert backend.workflow_cls is WorkflowBase and backend.grader_cls is GraderBase
-    with pytest.raises(ValueError, match="package.module:Name"):
+    with pytest.raises(ValueError, match=r"package\.module:Name"):
         LocalBackend(workflow="NoModule", artifact_root=tmp_path)
