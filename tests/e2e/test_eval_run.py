@@ -267,3 +267,46 @@ def test_ctrl_c_records_what_finished_stops_the_rollout_and_resumes(tmp_path, fa
     assert sorted((e["row_index"], e["run_index"]) for e in read_jsonl(journal)) == [
         (r, 0) for r in range(20)
     ]
+
+
+def test_retry_failed_reruns_only_failures_with_fresh_rollout_ids(tmp_path, fake_model):
+    rows = [row("pass", 2, 2), row("breakable", 3, 3), row("pass", 4, 4), row("breakable", 5, 5)]
+    config = make_workspace(tmp_path, rows, limit=4)
+    broken = osmosis(
+        "eval",
+        "run",
+        str(config),
+        "--name",
+        "retry",
+        "-y",
+        cwd=tmp_path,
+        env=model_env(fake_model, BREAK_GRADER="1"),
+    )
+    assert broken.returncode == 0, broken.stderr
+    index_path = run_dir(tmp_path, "retry") / "index.jsonl"
+    first = {r["row_index"]: r for r in read_jsonl(index_path)}
+    assert [first[r]["status"] for r in range(4)] == ["success", "failed", "success", "failed"]
+
+    retried = osmosis(
+        "eval",
+        "run",
+        str(config),
+        "--name",
+        "retry",
+        "-y",
+        "--retry-failed",
+        "--json",
+        cwd=tmp_path,
+        env=model_env(fake_model),
+    )
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["resource"]["dispatched"] == 2
+    second = {r["row_index"]: r for r in read_jsonl(index_path)}
+    assert all(second[r]["status"] == "success" for r in range(4))
+    for r in (1, 3):
+        assert second[r]["rollout_id"] != first[r]["rollout_id"]
+        assert "resumed" not in second[r]
+    for r in (0, 2):
+        assert second[r]["rollout_id"] == first[r]["rollout_id"] and second[r]["resumed"]
+    metrics = json.loads((run_dir(tmp_path, "retry") / "metrics.json").read_text())["summary"]
+    assert metrics["passed"] == 4 and metrics["failed"] == 0  # recomputed from the journal

@@ -40,6 +40,8 @@ class ScriptedGrader(Grader):
         kind = ctx.metadata["kind"]
         if kind == "grader_error":
             raise RuntimeError("grader exploded " + os.environ.get("SHOUT_SECRET", ""))
+        if kind == "breakable" and os.environ.get("BREAK_GRADER"):
+            raise RuntimeError("broken on purpose")
         if kind == "grader_hang":
             await asyncio.sleep(3600)
         if kind == "remove":
