@@ -37,8 +37,11 @@ needs_runtime = pytest.mark.skipif(
 )
 
 
-def child_pids(parent: int) -> list[int]:
-    """The live processes whose parent is `parent`, read from /proc."""
+def child_pids(parent: int, *, running: str = "local_model") -> list[int]:
+    """The live model-server processes whose parent is `parent`, read from /proc.
+
+    Only children whose command line mentions `running` count: other tests sharing this
+    worker process (session-scoped servers) have children of their own."""
     children = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -48,7 +51,13 @@ def child_pids(parent: int) -> list[int]:
                 continue
             # Fields after the command name, which is in parentheses and may contain spaces.
             state, ppid = stat.rpartition(")")[2].split()[:2]
-            if int(ppid) == parent and state != "Z":
+            if int(ppid) != parent or state == "Z":
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if running.encode() in command:
                 children.append(int(entry.name))
     return children
 
@@ -167,10 +176,12 @@ def test_a_model_that_fails_to_load_quotes_llama_cpp_and_leaves_nothing(
     )
 
     server = LocalModelServer(model, startup_timeout=30)
+    # Other tests in this worker may own children (shared servers): only new ones count.
+    before = set(child_pids(os.getpid()))
     with pytest.raises(LocalModelError, match=r"exited with code 1 before it was ready") as raised:
         server.start()
     assert "invalid magic characters" in str(raised.value)  # llama.cpp's own reason
-    assert server.pid is None and child_pids(os.getpid()) == []
+    assert server.pid is None and set(child_pids(os.getpid())) - before == set()
 
 
 # -- the real model (slow) ------------------------------------------------------------------------
