@@ -139,18 +139,7 @@ def test_sigkill_mid_run_then_resume_records_every_attempt_exactly_once(tmp_path
     config = make_workspace(tmp_path, rows, limit=30, batch_size=2)
     pid_file = tmp_path / "rollout.pid"
     env = model_env(fake_model, PID_FILE=str(pid_file), MAX_CONCURRENT="2")
-    process = subprocess.Popen(
-        [*CLI, "eval", "run", str(config), "--name", "killed", "-y"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    journal = run_dir(tmp_path, "killed") / "events.jsonl"
-    deadline = time.monotonic() + 60
-    while not (journal.exists() and len(journal.read_bytes().splitlines()) >= 6):
-        assert time.monotonic() < deadline and process.poll() is None, "run never got going"
-        time.sleep(0.05)
+    process, journal = start_run_until_recorded(tmp_path, config, "killed", env, records=6)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     rollout_pid = int(pid_file.read_text())
@@ -224,6 +213,25 @@ def test_a_secret_never_reaches_any_file_of_the_run(tmp_path, fake_model):
     assert "[REDACTED]" in (run_dir(tmp_path, "secret") / "logs.txt").read_text()
 
 
+def start_run_until_recorded(
+    workspace: Path, config: Path, name: str, env: dict[str, str], *, records: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `eval run` in the background; return once `records` attempts are in its journal."""
+    process = subprocess.Popen(
+        [*CLI, "eval", "run", str(config), "--name", name, "-y"],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    journal = run_dir(workspace, name) / "events.jsonl"
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and len(journal.read_bytes().splitlines()) >= records):
+        assert time.monotonic() < deadline and process.poll() is None, "run never got going"
+        time.sleep(0.05)
+    return process, journal
+
+
 def _gone_within(pid: int, *, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -242,18 +250,7 @@ def test_ctrl_c_records_what_finished_stops_the_rollout_and_resumes(tmp_path, fa
     config = make_workspace(tmp_path, rows, limit=20, batch_size=2)
     pid_file = tmp_path / "rollout.pid"
     env = model_env(fake_model, PID_FILE=str(pid_file), MAX_CONCURRENT="2")
-    process = subprocess.Popen(
-        [*CLI, "eval", "run", str(config), "--name", "interrupted", "-y"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    journal = run_dir(tmp_path, "interrupted") / "events.jsonl"
-    deadline = time.monotonic() + 60
-    while not (journal.exists() and len(journal.read_bytes().splitlines()) >= 4):
-        assert time.monotonic() < deadline and process.poll() is None, "run never got going"
-        time.sleep(0.05)
+    process, journal = start_run_until_recorded(tmp_path, config, "interrupted", env, records=4)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 130
     assert _gone_within(int(pid_file.read_text()), seconds=10)
