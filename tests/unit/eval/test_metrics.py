@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from osmosis.eval import metrics
+from osmosis.eval import intervals, metrics
 from osmosis.eval.metrics import (
     EXTRA_SUMMARY_KEYS,
     REFERENCE_SUMMARY_KEYS,
@@ -562,7 +562,7 @@ def test_bootstrap_ci_refuses_bad_input(
 )
 def test_the_binomial_sampler_has_the_right_mean_and_variance(trials: int, p: float) -> None:
     rng = random.Random(17)
-    draws = [metrics._binomial(rng, trials, p) for _ in range(20_000)]
+    draws = [intervals._binomial(rng, trials, p) for _ in range(20_000)]
 
     assert all(0 <= draw <= trials for draw in draws)
     sd = math.sqrt(trials * p * (1 - p))
@@ -575,7 +575,7 @@ def test_the_binomial_sampler_matches_the_exact_distribution() -> None:
     trials, p, count = 40, 0.4, 40_000  # n*p = 16: the rejection sampler's regime
     seen = [0] * (trials + 1)
     for _ in range(count):
-        seen[metrics._binomial(rng, trials, p)] += 1
+        seen[intervals._binomial(rng, trials, p)] += 1
 
     exact = [math.comb(trials, k) * p**k * (1 - p) ** (trials - k) for k in range(trials + 1)]
     distance = sum(abs(seen[k] / count - exact[k]) for k in range(trials + 1)) / 2
@@ -585,9 +585,9 @@ def test_the_binomial_sampler_matches_the_exact_distribution() -> None:
 def test_the_binomial_sampler_edges() -> None:
     rng = random.Random(0)
 
-    assert metrics._binomial(rng, 0, 0.5) == 0
-    assert metrics._binomial(rng, 9, 0.0) == 0
-    assert metrics._binomial(rng, 9, 1.0) == 9
+    assert intervals._binomial(rng, 0, 0.5) == 0
+    assert intervals._binomial(rng, 9, 0.0) == 0
+    assert intervals._binomial(rng, 9, 1.0) == 9
 
 
 # --------------------------------------------------------------------------- platform shapes
