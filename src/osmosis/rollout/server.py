@@ -125,8 +125,8 @@ def create_rollout_server(
         headers = {INSTANCE_HEADER: instance_id, SDK_VERSION_HEADER: __version__}
         return JSONResponse(payload, headers=headers)
 
-    @app.post("/rollout", status_code=202)
-    async def start_rollout(request: RolloutInitRequest) -> RolloutInitResponse:
+    @app.post("/rollout", status_code=202, response_model=RolloutInitResponse)
+    async def start_rollout(request: RolloutInitRequest) -> JSONResponse:
         if not state["accepting"]:
             raise HTTPException(503, detail="rollout server is shutting down")
         if not backend.has_capacity():
@@ -155,13 +155,15 @@ def create_rollout_server(
             on_status=lambda status: registry.set_status(tracked, status),
         )
         tracked.task = asyncio.create_task(_run(backend, registry, tracked, execution, context))
-        return RolloutInitResponse(
+        accepted = RolloutInitResponse(
             rollout_id=request.rollout_id,
             status=RolloutStatus.QUEUED,
             polling_lease_token=tracked.lease,
             result_wait_timeout_sec=result_wait_timeout_sec,
             polling_lease_timeout_sec=polling_lease_timeout_sec,
         )
+        # Returned as a ready response: FastAPI would validate the model a second time.
+        return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
 
     @app.get("/rollout/{rollout_id}/result")
     async def rollout_result(

@@ -82,10 +82,13 @@ def write_trajectory(path: Path, document: Mapping[str, Any]) -> None:
     """Write atomically, best effort: a trajectory must never change a rollout's outcome."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # One dumps and one write: json.dump to a temp file writes chunk by chunk, which
+        # cost more than the rest of a fast rollout.
+        text = json.dumps(document, default=_fallback, allow_nan=False)
         with tempfile.NamedTemporaryFile(
             "w", dir=path.parent, prefix=".trajectory-", suffix=".tmp", delete=False
         ) as tmp:
-            json.dump(document, tmp, default=_fallback, allow_nan=False)
+            tmp.write(text)
         os.replace(tmp.name, path)
     except (OSError, TypeError, ValueError):
         logger.warning("could not write trajectory %s", path, exc_info=True)
