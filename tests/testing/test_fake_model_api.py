@@ -10,10 +10,12 @@ def test_public_names() -> None:
         "ChatRequest",
         "Fail",
         "FakeModelServer",
+        "JudgeScript",
         "Reply",
         "Rule",
         "Stats",
         "ToolCall",
+        "candidate_text",
     ]
     assert osmosis.testing.__all__ == sorted(osmosis.testing.__all__)
     for name in osmosis.testing.__all__:

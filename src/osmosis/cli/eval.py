@@ -227,4 +227,13 @@ def _reporter(out: Output, verbose: bool) -> Any:
     return EvalProgress(out, verbose=verbose)
 
 
+def _register_rubric() -> None:
+    # `eval rubric` has its own module, which imports only typer at module level.
+    from osmosis.cli import eval_rubric
+
+    app.command("rubric")(eval_rubric.rubric_command)
+
+
+_register_rubric()
+
 __all__ = ["app", "results_table"]

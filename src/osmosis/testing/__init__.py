@@ -12,6 +12,7 @@ From a shell: `osmosis dev fake-model --port 0` prints its base URL and serves u
 """
 
 from osmosis.testing._app import Stats
+from osmosis.testing.judge import JudgeScript, candidate_text
 from osmosis.testing.script import ChatRequest, Fail, Reply, Rule, ToolCall
 from osmosis.testing.server import FakeModelServer
 
@@ -19,8 +20,10 @@ __all__ = [
     "ChatRequest",
     "Fail",
     "FakeModelServer",
+    "JudgeScript",
     "Reply",
     "Rule",
     "Stats",
     "ToolCall",
+    "candidate_text",
 ]
