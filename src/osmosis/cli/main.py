@@ -72,11 +72,14 @@ def _root(
 
 def _register_groups() -> None:
     # Each group module imports only typer at module level, so `osmosis --help` stays fast.
-    from osmosis.cli import dataset, dev, eval
+    from osmosis.cli import admin, auth, dataset, dev, eval, server
 
     app.add_typer(dataset.app, name="dataset")
     app.add_typer(dev.app, name="dev")
     app.add_typer(eval.app, name="eval")
+    app.add_typer(server.app, name="server")
+    app.add_typer(auth.app, name="auth")
+    app.add_typer(admin.app, name="admin")
 
 
 _register_groups()

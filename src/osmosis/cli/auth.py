@@ -1,0 +1,97 @@
+"""`osmosis auth`: save a platform token, forget it, and show whom it belongs to."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from osmosis.cli.credentials import PlatformOption
+
+app = typer.Typer(
+    help="Log in to a platform and inspect the current identity.", no_args_is_help=True
+)
+
+
+@app.command("login")
+def login(
+    token: str | None = typer.Option(
+        None, "--token", help="An API token (osm_...); prompted for when interactive."
+    ),
+    platform: str | None = PlatformOption,
+) -> None:
+    """Verify a token with the platform and save it, keyed by platform URL.
+
+    Saved owner-only in $OSMOSIS_CONFIG_DIR/credentials.json (default ~/.osmosis/).
+    """
+    from osmosis.cli.credentials import allow_insecure_http, platform_errors, resolve, save_login
+    from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
+    from osmosis.client import PlatformClient
+
+    out = output()
+    if not token:
+        if not out.interactive:
+            raise CLIError(
+                "a token is needed: pass --token",
+                code="INTERACTIVE_REQUIRED",
+                hint="osmosis auth login --token osm_... [--platform URL]",
+            )
+        token = typer.prompt("API token", hide_input=True)
+    url = resolve(platform, os.environ).url
+    with (
+        platform_errors(),
+        PlatformClient(url, token, allow_insecure_http=allow_insecure_http(os.environ)) as client,
+    ):
+        identity = client.whoami()
+        path = save_login(os.environ, url=client.base_url, token=token, user=identity.user.name)
+    out.operation(
+        "auth.login",
+        message=f"Logged in to {client.base_url} as {identity.user.name}.",
+        resource={
+            "platform_url": client.base_url,
+            "user": identity.user.name,
+            "is_admin": identity.user.is_admin,
+            "credentials_file": str(path),
+        },
+    )
+
+
+@app.command("logout")
+def logout(platform: str = PlatformOption) -> None:
+    """Forget the saved token for the platform (the server-side token stays valid)."""
+    from osmosis.cli.credentials import forget_login, resolve
+    from osmosis.cli.main import output
+
+    out = output()
+    url = resolve(platform, os.environ).url
+    removed = forget_login(os.environ, url=url)
+    if os.environ.get("OSMOSIS_TOKEN"):
+        out.warn("OSMOSIS_TOKEN is set and still provides a token")
+    message = f"Logged out of {url}." if removed else f"No saved login for {url}."
+    out.operation(
+        "auth.logout", message=message, resource={"platform_url": url, "removed": removed}
+    )
+
+
+@app.command("whoami")
+def whoami(platform: str = PlatformOption) -> None:
+    """Show the user behind the current token, and where the platform and token came from."""
+    from osmosis.cli.credentials import open_client, platform_errors, resolve
+    from osmosis.cli.main import output
+
+    connection = resolve(platform, os.environ)
+    with platform_errors(), open_client(platform) as client:
+        identity = client.whoami()
+    output().detail(
+        {
+            "platform_url": client.base_url,
+            "user": identity.user.name,
+            "user_id": identity.user.id,
+            "email": identity.user.email,
+            "is_admin": identity.user.is_admin,
+            "token_name": identity.token.name,
+            "token_source": connection.token_source,
+        },
+        title="Logged in",
+    )

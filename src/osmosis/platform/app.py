@@ -1,0 +1,77 @@
+"""`create_app(settings)`: the whole platform from one settings object, nothing at import.
+
+    app = create_app(Settings(home=tmp_path))
+
+Building the app creates the home and blob directories, opens the engine, applies the Alembic
+migrations and, on first start, creates the admin user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from sqlalchemy.exc import OperationalError
+
+from osmosis._version import __version__
+from osmosis.platform.api import admin, auth, health
+from osmosis.platform.bootstrap import bootstrap
+from osmosis.platform.db import make_engine, make_session_factory, upgrade
+from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
+from osmosis.platform.deps import current_token
+from osmosis.platform.errors import install_error_handling
+from osmosis.platform.schemas import ErrorBody
+from osmosis.platform.settings import Settings
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        401: "No valid API token",
+        403: "Not allowed for this user",
+        404: "Not found",
+        409: "Conflict",
+        422: "Invalid request",
+    }.items()
+}
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the platform application for `settings` (engine, schema, first admin, routes)."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.blob_dir.mkdir(parents=True, exist_ok=True)
+    assert settings.database_url is not None  # filled in by Settings
+    engine = make_engine(settings.database_url)
+    try:
+        upgrade(engine)
+    except OperationalError as error:
+        engine.dispose()
+        raise DatabaseUnavailable(
+            f"cannot use the database at {safe_url(settings.database_url)}: {error.orig}"
+        ) from None
+    sessions = make_session_factory(engine)
+    bootstrap(sessions, settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="osmosis platform",
+        version=__version__,
+        lifespan=lifespan,
+        responses={500: {"model": ErrorBody, "description": "Internal error"}},
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = sessions
+    install_error_handling(app)
+
+    app.include_router(health.router)
+    # Every other router is mounted behind the token check: a route added later cannot
+    # forget it. Routes that also need the user use `CurrentUser`; FastAPI caches the lookup.
+    for router in (auth.router, admin.router):
+        app.include_router(router, dependencies=[Depends(current_token)], responses=_ERRORS)
+    return app

@@ -1,0 +1,7 @@
+"""The platform's database: models, engine set-up and Alembic migrations."""
+
+from osmosis.platform.db.engine import make_engine, make_session_factory
+from osmosis.platform.db.migrate import upgrade
+from osmosis.platform.db.models import ApiToken, Base, User
+
+__all__ = ["ApiToken", "Base", "User", "make_engine", "make_session_factory", "upgrade"]

@@ -1,0 +1,57 @@
+"""Dependencies, aliased so route signatures read as prose: `def whoami(user: CurrentUser)`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from osmosis.platform.db.models import ApiToken, User
+from osmosis.platform.errors import AuthRequired, Forbidden
+from osmosis.platform.users import authenticate
+
+# auto_error=False: a missing header is ours to report, in our envelope, not FastAPI's 403.
+_bearer = HTTPBearer(auto_error=False, description="An osmosis API token (osm_...).")
+
+
+def get_db(request: Request) -> Iterator[Session]:
+    """One session per request, from the factory `create_app` stored on the app."""
+    with request.app.state.sessions() as session:
+        yield session
+
+
+Db = Annotated[Session, Depends(get_db)]
+
+
+def current_token(
+    db: Db,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiToken:
+    if credentials is None:
+        raise AuthRequired("an API token is required (Authorization: Bearer osm_...)")
+    token = authenticate(db, secret=credentials.credentials)
+    if token is None:
+        raise AuthRequired("the API token is not valid or has been revoked")
+    return token
+
+
+CurrentToken = Annotated[ApiToken, Depends(current_token)]
+
+
+def current_user(token: CurrentToken) -> User:
+    return token.user
+
+
+CurrentUser = Annotated[User, Depends(current_user)]
+
+
+def admin_user(user: CurrentUser) -> User:
+    if not user.is_admin:
+        raise Forbidden("this needs an admin user")
+    return user
+
+
+AdminUser = Annotated[User, Depends(admin_user)]

@@ -1,0 +1,19 @@
+"""The platform's public names are pinned."""
+
+import osmosis.client
+import osmosis.platform
+
+
+def test_platform_public_names():
+    assert osmosis.platform.__all__ == ["Settings", "create_app", "serve"]
+    for name in osmosis.platform.__all__:
+        assert getattr(osmosis.platform, name) is not None
+
+
+def test_client_public_names():
+    assert osmosis.client.__all__ == [
+        "PlatformAPIError",
+        "PlatformClient",
+        "check_platform_url",
+        "is_loopback",
+    ]

@@ -1,0 +1,268 @@
+"""Acceptance: a real `osmosis server` process, driven through the CLI and over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.platform.conftest import clean_env, free_port, osmosis, osmosis_json
+
+pytestmark = pytest.mark.slow
+
+
+def process_exists(pid: int) -> bool:
+    """Alive and not a zombie (the detached server is reaped by init, not by us)."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_status_reports_the_running_server(running_platform):
+    status = osmosis_json("server", "status", env=running_platform.env)["data"]
+    assert status["running"] is True
+    assert status["url"] == running_platform.url
+    assert status["home"] == str(running_platform.home)
+    assert isinstance(status["pid"], int)
+    assert (running_platform.home / "server.pid").read_text().strip() == str(status["pid"])
+
+
+def test_first_start_leaves_owner_only_credentials_and_the_cli_needs_no_login(running_platform):
+    credentials = running_platform.home / "credentials.json"
+    assert credentials.stat().st_mode & 0o777 == 0o600
+    assert json.loads(credentials.read_text())["platform_url"] == running_platform.url
+
+    whoami = osmosis_json("auth", "whoami", env=running_platform.env)["data"]
+    assert whoami["user"] == "admin" and whoami["is_admin"] is True
+    assert whoami["platform_url"] == running_platform.url
+    assert whoami["token_source"] == str(credentials)
+
+
+def test_the_token_is_never_logged(running_platform):
+    log = (running_platform.home / "server.log").read_text()
+    assert running_platform.admin_token not in log
+
+
+def test_every_route_but_health_needs_a_token(running_platform):
+    document = httpx.get(f"{running_platform.url}/openapi.json").json()
+    checked = []
+    for path, operations in document["paths"].items():
+        concrete = re.sub(r"\{[^}]+\}", "x", path)
+        for method in operations:
+            for headers in ({}, {"Authorization": "Bearer osm_wrong"}):
+                response = httpx.request(
+                    method, f"{running_platform.url}{concrete}", headers=headers, json={}
+                )
+                if path == "/api/health":
+                    assert response.status_code == 200
+                    continue
+                assert response.status_code == 401, (method, path, response.text)
+                assert response.json()["error"]["code"] == "AUTH_REQUIRED"
+                checked.append((method, path))
+    assert len(checked) >= 2 * 4  # whoami, list users, create user, create token
+
+
+def test_admin_creates_a_user_whose_token_works_and_is_not_admin(running_platform):
+    env = running_platform.env
+    created = osmosis_json("admin", "user", "create", "ada", "--email", "ada@example.com", env=env)
+    token = created["resource"]["token"]
+    assert created["operation"] == "admin.user.create" and token.startswith("osm_")
+
+    as_ada = clean_env(**{**env, "OSMOSIS_TOKEN": token})
+    whoami = osmosis_json("auth", "whoami", env=as_ada)["data"]
+    assert (whoami["user"], whoami["is_admin"], whoami["token_source"]) == (
+        "ada",
+        False,
+        "OSMOSIS_TOKEN",
+    )
+
+    denied = osmosis("--json", "admin", "user", "list", env=as_ada)
+    assert denied.returncode == 1 and denied.stdout == ""
+    error = json.loads(denied.stderr)
+    assert error["error"]["code"] == "FORBIDDEN"
+    assert error["schema_version"] == 1 and error["command"].startswith("admin user list")
+
+    listed = osmosis_json("admin", "user", "list", env=env)
+    assert {"admin", "ada"} <= {item["name"] for item in listed["items"]}
+    assert listed["total_count"] >= 2
+
+    # The SQLite files hold the token's digest, never the token itself.
+    stored = b"".join(p.read_bytes() for p in running_platform.home.glob("platform.db*"))
+    assert token.encode() not in stored
+    assert running_platform.admin_token.encode() not in stored
+    import hashlib
+
+    assert hashlib.sha256(token.encode()).hexdigest().encode() in stored
+
+
+def test_admin_issues_another_token(running_platform):
+    env = running_platform.env
+    user = osmosis_json("admin", "user", "create", "cy", "--email", "cy@example.com", env=env)
+    issued = osmosis_json(
+        "admin", "token", "create", user["resource"]["id"], "--name", "ci", env=env
+    )
+    headers = {"Authorization": f"Bearer {issued['resource']['token']}"}
+    whoami = httpx.get(f"{running_platform.url}/api/auth/whoami", headers=headers).json()
+    assert (whoami["user"]["name"], whoami["token"]["name"]) == ("cy", "ci")
+
+
+def test_bad_token_is_auth_required_with_a_hint(running_platform):
+    env = clean_env(**{**running_platform.env, "OSMOSIS_TOKEN": "osm_wrong"})
+    result = osmosis("auth", "whoami", env=env)
+    assert result.returncode == 1
+    assert "not valid" in result.stderr and "osmosis auth login" in result.stderr
+    as_json = json.loads(osmosis("auth", "whoami", "--json", env=env).stderr)
+    assert as_json["error"]["code"] == "AUTH_REQUIRED"
+
+
+def test_login_saves_an_owner_only_token_and_logout_forgets_it(running_platform, tmp_path):
+    # No OSMOSIS_HOME: the embedded credentials are out of reach, only the login counts.
+    env = clean_env(OSMOSIS_CONFIG_DIR=str(tmp_path / "cfg"), OSMOSIS_HOME=str(tmp_path / "none"))
+    not_yet = json.loads(osmosis("--json", "auth", "whoami", env=env).stderr)
+    assert not_yet["error"]["code"] == "AUTH_REQUIRED"
+
+    login = osmosis_json(
+        "auth",
+        "login",
+        "--token",
+        running_platform.admin_token,
+        "--platform",
+        running_platform.url,
+        env=env,
+    )
+    assert login["resource"]["user"] == "admin"
+    saved = tmp_path / "cfg" / "credentials.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert osmosis_json("auth", "whoami", env=env)["data"]["token_source"] == str(saved)
+
+    osmosis_json("auth", "logout", env=env)
+    assert json.loads(saved.read_text())["platforms"] == {}
+    again = osmosis("--json", "auth", "whoami", "--platform", running_platform.url, env=env)
+    assert json.loads(again.stderr)["error"]["code"] == "AUTH_REQUIRED"
+
+
+def test_login_with_a_bad_token_saves_nothing(running_platform, tmp_path):
+    env = clean_env(OSMOSIS_CONFIG_DIR=str(tmp_path / "cfg"))
+    result = osmosis(
+        "--json",
+        "auth",
+        "login",
+        "--token",
+        "osm_wrong",
+        "--platform",
+        running_platform.url,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stderr)["error"]["code"] == "AUTH_REQUIRED"
+    assert not (tmp_path / "cfg" / "credentials.json").exists()
+
+
+@pytest.mark.parametrize("args", [("auth", "whoami"), ("auth", "login", "--token", "osm_x")])
+def test_plain_http_to_a_non_loopback_platform_is_refused(args, tmp_path):
+    env = clean_env(OSMOSIS_CONFIG_DIR=str(tmp_path), OSMOSIS_TOKEN="osm_x")
+    result = osmosis("--json", *args, "--platform", "http://192.0.2.1:8765", env=env)
+    assert result.returncode == 1
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "VALIDATION" and "plain http" in error["message"]
+
+
+def test_an_unreachable_platform_is_a_network_error(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    env = clean_env(OSMOSIS_CONFIG_DIR=str(tmp_path), OSMOSIS_TOKEN="osm_x")
+    error = json.loads(osmosis("--json", "auth", "whoami", "--platform", url, env=env).stderr)
+    assert error["error"]["code"] == "NETWORK" and url in error["error"]["message"]
+
+
+def test_a_second_start_on_the_same_home_is_refused(running_platform):
+    result = osmosis(
+        "--json",
+        "server",
+        "start",
+        "--detach",
+        "--port",
+        str(free_port()),
+        env=running_platform.env,
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stderr)["error"]["code"] == "CONFLICT"
+
+
+def test_serving_plain_http_publicly_needs_the_explicit_flag(tmp_path):
+    env = clean_env(OSMOSIS_HOME=str(tmp_path))
+    result = osmosis("--json", "server", "start", "--host", "0.0.0.0", env=env)
+    assert result.returncode == 1
+    assert json.loads(result.stderr)["error"]["code"] == "VALIDATION"
+
+
+def test_start_stop_status_lifecycle(tmp_path):
+    env = clean_env(OSMOSIS_HOME=str(tmp_path / "home"), OSMOSIS_CONFIG_DIR=str(tmp_path / "c"))
+    port = free_port()
+    started = osmosis_json("server", "start", "--detach", "--port", str(port), env=env)
+    pid = started["resource"]["pid"]
+    assert started["resource"]["url"] == f"http://127.0.0.1:{port}"
+    assert httpx.get(f"http://127.0.0.1:{port}/api/health").status_code == 200
+
+    stopped = osmosis_json("server", "stop", env=env)
+    assert stopped["message"] == f"Stopped the server (pid {pid})."
+    assert not process_exists(pid)
+    assert not (tmp_path / "home" / "server.pid").exists()
+    status = osmosis_json("server", "status", env=env)["data"]
+    assert (status["running"], status["pid"]) == (False, None)
+    assert "No server is running" in osmosis_json("server", "stop", env=env)["message"]
+
+    # A second start reuses the database and the admin, and refreshes the URL it recorded.
+    token = json.loads((tmp_path / "home" / "credentials.json").read_text())["token"]
+    port = free_port()
+    osmosis_json("server", "start", "--detach", "--port", str(port), env=env)
+    try:
+        whoami = osmosis_json("auth", "whoami", env=env)["data"]
+        assert whoami["platform_url"] == f"http://127.0.0.1:{port}"
+        saved = json.loads((tmp_path / "home" / "credentials.json").read_text())
+        assert saved["token"] == token
+    finally:
+        osmosis("server", "stop", env=env)
+
+
+def test_a_foreground_server_stops_cleanly_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from tests.platform.conftest import CLI
+
+    home = tmp_path / "home"
+    port = free_port()
+    env = clean_env(OSMOSIS_HOME=str(home))
+    server = subprocess.Popen(
+        [*CLI, "server", "start", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert (home / "server.pid").read_text().strip() == str(server.pid)
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, output
+    assert not (home / "server.pid").exists() and not (home / "server.json").exists()
+    assert json.loads((home / "credentials.json").read_text())["token"] not in output
