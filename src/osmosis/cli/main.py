@@ -6,9 +6,12 @@ each command imports what it needs (FastAPI, pyarrow, litellm, ...) inside its o
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -66,6 +69,11 @@ def _root(
     plain: bool = typer.Option(
         False, "--plain", help="Low-noise text; tab-separated rows for lists."
     ),
+    env_file: str | None = typer.Option(
+        None,
+        "--env-file",
+        help="Load a dotenv file first (anywhere on the line; OSMOSIS_ENV_FILE).",
+    ),
 ) -> None:
     """Evaluate LLM agent rollouts on your machine or a self-hosted platform."""
 
@@ -85,32 +93,74 @@ def _register_groups() -> None:
 _register_groups()
 
 _GLOBAL_FLAGS = {"--json": Mode.JSON, "--plain": Mode.PLAIN}
+_ENV_FILE_FLAG = "--env-file"
 
 
-def _split_global_flags(argv: Sequence[str]) -> tuple[list[str], Mode]:
-    """Pull `--json`/`--plain` from anywhere on the line (before a bare `--`)."""
+@dataclass(frozen=True)
+class GlobalOptions:
+    """What was said anywhere on the line before the command parser sees it."""
+
+    args: list[str]
+    mode: Mode = Mode.RICH
+    env_file: str | None = None
+
+
+def _split_global_flags(argv: Sequence[str]) -> GlobalOptions:
+    """Pull `--json`/`--plain` and `--env-file FILE` from anywhere on the line (before a bare
+    `--`), so each works in any position, as the reference CLI allows."""
     mode = Mode.RICH
+    env_file: str | None = None
     rest: list[str] = []
     passthrough = False
-    for arg in argv:
+    items = iter(argv)
+    for arg in items:
         if not passthrough and arg in _GLOBAL_FLAGS:
             mode = _GLOBAL_FLAGS[arg]
             continue
+        if not passthrough and arg == _ENV_FILE_FLAG:
+            env_file = next(items, None)
+            if env_file is None:
+                raise CLIError("--env-file needs a file path", hint="--env-file .env")
+            continue
+        if not passthrough and arg.startswith(_ENV_FILE_FLAG + "="):
+            env_file = arg.partition("=")[2]
+            continue
         passthrough = passthrough or arg == "--"
         rest.append(arg)
-    return rest, mode
+    return GlobalOptions(args=rest, mode=mode, env_file=env_file)
+
+
+def load_env_file(path: str, environ: MutableMapping[str, str]) -> None:
+    """Add a dotenv file's variables to `environ`; variables already set win (as in shells
+    that `source` a file, the explicit environment is the user's last word)."""
+    from osmosis.eval.secrets import SecretsError, read_dotenv
+
+    try:
+        values = read_dotenv(Path(path))
+    except SecretsError as error:
+        raise CLIError(
+            f"--env-file: {error}", details={"problems": error.problems, "file": path}
+        ) from None
+    for name, value in values.items():
+        environ.setdefault(name, value)
 
 
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 error or partial, 130 interrupted."""
-    args, mode = _split_global_flags(sys.argv[1:] if argv is None else argv)
-    out = Output(mode=mode, command=" ".join(a for a in args if not a.startswith("-"))[:80])
+    raw = list(sys.argv[1:] if argv is None else argv)
+    mode = Mode.JSON if "--json" in raw else Mode.PLAIN if "--plain" in raw else Mode.RICH
+    out = Output(mode=mode, command=" ".join(a for a in raw if not a.startswith("-"))[:80])
     if console is not None:
         out.console = console
         out.err_console = console
     token = _output.set(out)
     try:
-        result = app(args=args, prog_name="osmosis", standalone_mode=False)
+        options = _split_global_flags(raw)
+        out.mode = options.mode
+        env_file = options.env_file or os.environ.get("OSMOSIS_ENV_FILE")
+        if env_file:
+            load_env_file(env_file, os.environ)
+        result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except CLIError as error:
         out.error(error)

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from osmosis._version import __version__
-from osmosis.cli.main import _split_global_flags, main
+from osmosis.cli.main import _split_global_flags, load_env_file, main
 from osmosis.cli.output import Mode
 
 
@@ -31,7 +31,35 @@ def osmosis(*args):
     ],
 )
 def test_global_output_flags_are_taken_from_anywhere_before_double_dash(argv, rest, mode):
-    assert _split_global_flags(argv) == (rest, mode)
+    options = _split_global_flags(argv)
+    assert (options.args, options.mode) == (rest, mode)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--env-file", "x.env", "dataset", "validate", "f"],
+        ["dataset", "validate", "f", "--env-file", "x.env"],
+        ["dataset", "--env-file=x.env", "validate", "f"],
+    ],
+)
+def test_env_file_is_taken_from_anywhere(argv):
+    options = _split_global_flags(argv)
+    assert options.args == ["dataset", "validate", "f"] and options.env_file == "x.env"
+
+
+def test_env_file_adds_variables_without_overriding_the_environment(tmp_path):
+    env_file = tmp_path / "x.env"
+    env_file.write_text("export A=from-file\nB='quoted value'\n")
+    environ = {"A": "from-shell"}
+    load_env_file(str(env_file), environ)
+    assert environ == {"A": "from-shell", "B": "quoted value"}
+
+
+def test_a_missing_env_file_is_a_validation_error(tmp_path, capsys):
+    assert main(["--json", "--env-file", str(tmp_path / "none.env"), "--version"]) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "VALIDATION" and "none.env" in error["message"]
 
 
 def test_version_prints_the_installed_version():
