@@ -21,12 +21,17 @@ from pydantic import BaseModel, ValidationError
 from osmosis._version import __version__
 from osmosis.platform.schemas import (
     Health,
+    MemberAdd,
+    SecretCreate,
+    SecretList,
+    SecretPublic,
     TokenCreate,
     TokenCreated,
     UserCreate,
     UserCreated,
     UserList,
     WhoAmI,
+    WorkspacePublic,
 )
 
 __all__ = ["PlatformAPIError", "PlatformClient", "check_platform_url", "is_loopback"]
@@ -140,6 +145,45 @@ class PlatformClient:
         path = f"/api/admin/users/{quote(user_id, safe='')}/tokens"
         return self._call("POST", path, TokenCreated, body=TokenCreate(name=name))
 
+    # -- workspaces and secrets (`git` is the workspace identity, sent as X-Osmosis-Git) --
+    def workspace(self, *, git: str) -> WorkspacePublic:
+        """The workspace for `git`, created with the caller as owner on first use."""
+        return self._call("GET", "/api/workspace", WorkspacePublic, headers=_git(git))
+
+    def add_workspace_member(
+        self, *, git: str, user_id: str | None = None, email: str | None = None
+    ) -> WorkspacePublic:
+        body = MemberAdd(user_id=user_id, email=email)
+        return self._call(
+            "POST", "/api/workspace/members", WorkspacePublic, body=body, headers=_git(git)
+        )
+
+    def list_secrets(self, *, git: str, scope: str = "all") -> SecretList:
+        """Metadata of the secrets visible to the caller; `scope`: all, workspace, personal."""
+        params = {"scope": scope}
+        return self._call("GET", "/api/secrets", SecretList, params=params, headers=_git(git))
+
+    def set_secret(self, *, git: str, name: str, value: str, scope: str = "user") -> SecretPublic:
+        """Create or replace a secret. The value travels once, in the body, never in the URL.
+
+        client.set_secret(git="o/r", name="OPENAI_API_KEY", value=key, scope="workspace")
+        """
+        try:
+            body = SecretCreate.model_validate({"value": value, "scope": scope})
+        except ValidationError as error:
+            # pydantic's message quotes the input; only the field and the rule may surface.
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )
+            raise PlatformAPIError(f"invalid secret: {problems}", code="VALIDATION") from None
+        path = f"/api/secrets/{quote(name, safe='')}"
+        return self._call("PUT", path, SecretPublic, body=body, headers=_git(git))
+
+    def delete_secret(self, *, git: str, name: str, scope: str = "user") -> SecretPublic:
+        path = f"/api/secrets/{quote(name, safe='')}"
+        params = {"scope": scope}
+        return self._call("DELETE", path, SecretPublic, params=params, headers=_git(git))
+
     # -- plumbing ----------------------------------------------------------------------
     def _call(
         self,
@@ -149,6 +193,7 @@ class PlatformClient:
         *,
         body: BaseModel | None = None,
         params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> _Model:
         url = f"{self.base_url}{path}"
         try:
@@ -157,6 +202,7 @@ class PlatformClient:
                 path,
                 json=None if body is None else body.model_dump(mode="json", exclude_none=True),
                 params=params,
+                headers=headers,
             )
         except httpx.HTTPError as error:
             raise PlatformAPIError(
@@ -188,6 +234,10 @@ class PlatformClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _git(identity: str) -> dict[str, str]:
+    return {"X-Osmosis-Git": identity}
 
 
 def _api_error(response: httpx.Response) -> PlatformAPIError:

@@ -194,9 +194,9 @@ def test_migrations_reach_head_and_are_idempotent(local_platform):
     from osmosis.platform.db.migrate import current_revision, upgrade
 
     engine = local_platform.app.state.engine
-    assert current_revision(engine) == "0001"
+    assert current_revision(engine) == "0002"
     upgrade(engine)  # a second start finds nothing to do
-    assert current_revision(engine) == "0001"
+    assert current_revision(engine) == "0002"
 
 
 def test_sqlite_runs_in_wal_with_foreign_keys(local_platform):
@@ -242,7 +242,7 @@ def test_the_schema_compiles_for_postgresql():
         table.name: str(CreateTable(table).compile(dialect=postgresql.dialect()))
         for table in Base.metadata.sorted_tables
     }
-    assert set(ddl) == {"users", "api_tokens"}
+    assert set(ddl) == {"users", "api_tokens", "workspaces", "workspace_members", "secrets"}
     assert "is_admin BOOLEAN" in ddl["users"]
     assert "created_at TIMESTAMP WITH TIME ZONE" in ddl["users"]
     assert "ON DELETE CASCADE" in ddl["api_tokens"]

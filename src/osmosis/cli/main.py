@@ -80,7 +80,7 @@ def _root(
 
 def _register_groups() -> None:
     # Each group module imports only typer at module level, so `osmosis --help` stays fast.
-    from osmosis.cli import admin, auth, dataset, dev, eval, server
+    from osmosis.cli import admin, auth, dataset, dev, doctor, eval, secret, server, workspace
 
     app.add_typer(dataset.app, name="dataset")
     app.add_typer(dev.app, name="dev")
@@ -88,6 +88,9 @@ def _register_groups() -> None:
     app.add_typer(server.app, name="server")
     app.add_typer(auth.app, name="auth")
     app.add_typer(admin.app, name="admin")
+    app.add_typer(secret.app, name="secret")
+    app.add_typer(workspace.app, name="workspace")
+    app.command("doctor")(doctor.doctor)
 
 
 _register_groups()

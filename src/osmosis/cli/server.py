@@ -89,6 +89,7 @@ def start(
             next_steps=[{"command": "osmosis server stop"}],
         )
         return
+    from osmosis.platform.crypto import SecretKeyError
     from osmosis.platform.db.engine import DatabaseUnavailable
     from osmosis.platform.server import serve
 
@@ -97,6 +98,12 @@ def start(
         serve(settings)
     except DatabaseUnavailable as error:
         raise CLIError(str(error), code="VALIDATION", hint="check OSMOSIS_DATABASE_URL") from None
+    except SecretKeyError as error:
+        raise CLIError(
+            str(error),
+            code="VALIDATION",
+            hint=f"check OSMOSIS_SECRET_KEY or {settings.home / 'secret.key'}",
+        ) from None
 
 
 @app.command("stop")

@@ -3,26 +3,31 @@
     app = create_app(Settings(home=tmp_path))
 
 Building the app creates the home and blob directories, opens the engine, applies the Alembic
-migrations and, on first start, creates the admin user.
+migrations and, on first start, creates the admin user. It also loads the key for secrets at
+rest (`OSMOSIS_SECRET_KEY`, else `<home>/secret.key`, created 0600 on first start).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis._version import __version__
-from osmosis.platform.api import admin, auth, health
+from osmosis.platform.api import admin, auth, health, secrets, workspaces
 from osmosis.platform.bootstrap import bootstrap
+from osmosis.platform.crypto import SecretBox, SecretKeyError, load_secret_box
 from osmosis.platform.db import make_engine, make_session_factory, upgrade
 from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
 from osmosis.platform.deps import current_token
 from osmosis.platform.errors import install_error_handling
 from osmosis.platform.schemas import ErrorBody
+from osmosis.platform.secrets import check_key as check_secret_key
 from osmosis.platform.settings import Settings
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -52,6 +57,11 @@ def create_app(settings: Settings) -> FastAPI:
         ) from None
     sessions = make_session_factory(engine)
     bootstrap(sessions, settings)
+    try:
+        secret_box = _secret_box(sessions, settings)
+    except SecretKeyError:
+        engine.dispose()
+        raise
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -67,11 +77,25 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = sessions
+    app.state.secret_box = secret_box
     install_error_handling(app)
 
     app.include_router(health.router)
     # Every other router is mounted behind the token check: a route added later cannot
     # forget it. Routes that also need the user use `CurrentUser`; FastAPI caches the lookup.
-    for router in (auth.router, admin.router):
+    for router in (auth.router, admin.router, workspaces.router, secrets.router):
         app.include_router(router, dependencies=[Depends(current_token)], responses=_ERRORS)
     return app
+
+
+def _secret_box(sessions: sessionmaker[Session], settings: Settings) -> SecretBox:
+    """The key for secrets at rest; a key that cannot read the stored secrets stops start-up
+    here, with a clear message, rather than failing each later request that needs them."""
+    box = load_secret_box(settings.home, env=os.environ)
+    with sessions() as db:
+        if not check_secret_key(db, box=box):
+            raise SecretKeyError(
+                f"the secret key from {box.source} cannot decrypt the stored secrets: start "
+                "with the key they were stored with (OSMOSIS_SECRET_KEY or <home>/secret.key)"
+            )
+    return box

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from osmosis.platform.db.models import ApiToken, User
+from osmosis.platform import workspaces
+from osmosis.platform.db.models import ApiToken, User, Workspace
 from osmosis.platform.errors import AuthRequired, Forbidden
 from osmosis.platform.users import authenticate
 
@@ -55,3 +56,39 @@ def admin_user(user: CurrentUser) -> User:
 
 
 AdminUser = Annotated[User, Depends(admin_user)]
+
+
+def _git_identity(
+    x_osmosis_git: Annotated[
+        str | None,
+        Header(
+            alias="X-Osmosis-Git",
+            description="The workspace identity, normalised from the git origin (owner/repo).",
+        ),
+    ] = None,
+) -> str:
+    if not x_osmosis_git or not x_osmosis_git.strip():
+        raise workspaces.GitScopeHeaderRequired(
+            f"this route is workspace-scoped: send the {workspaces.GIT_HEADER} header",
+            details={"header": workspaces.GIT_HEADER},
+        )
+    return x_osmosis_git
+
+
+GitIdentity = Annotated[str, Depends(_git_identity)]
+
+
+def current_workspace(db: Db, user: CurrentUser, identity: GitIdentity) -> Workspace:
+    """The caller's workspace from `X-Osmosis-Git`, created with them as owner on first use."""
+    return workspaces.get_or_create(db, identity=identity, user=user)
+
+
+CurrentWorkspace = Annotated[Workspace, Depends(current_workspace)]
+
+
+def member_workspace(db: Db, user: CurrentUser, identity: GitIdentity) -> Workspace:
+    """Like `CurrentWorkspace` but never creates: for changes to a workspace that must exist."""
+    return workspaces.find_for_member(db, identity=identity, user=user)
+
+
+MemberWorkspace = Annotated[Workspace, Depends(member_workspace)]

@@ -7,9 +7,9 @@ and the CLI cannot drift apart. Pydantic only: importing this module pulls in no
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Name = Annotated[
     str,
@@ -111,3 +111,66 @@ class ErrorBody(_Model):
     """Every error response: `{"error": {"code", "message", "details"}}`."""
 
     error: ErrorInfo
+
+
+# -- workspaces and secrets ----------------------------------------------------------------
+SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]*$"
+SECRET_NAME_MAX = 255
+# Requests accept the CLI's word "personal" as well as the wire's "user"; responses say "user".
+SecretScopeIn = Literal["personal", "user", "workspace"]
+SecretScope = Literal["user", "workspace"]
+
+
+class WorkspaceMemberPublic(_Model):
+    user_id: str
+    name: str
+    email: str | None
+    role: str
+    added_at: datetime
+
+
+class WorkspacePublic(_Model):
+    """A workspace the caller belongs to, with its members."""
+
+    id: str
+    identity: str
+    created_at: datetime
+    created_by: str | None
+    role: str
+    members: list[WorkspaceMemberPublic]
+
+
+class MemberAdd(_Strict):
+    """Add an existing user by id or email (exactly one)."""
+
+    user_id: str | None = Field(default=None, max_length=32)
+    email: Email | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> MemberAdd:
+        if (self.user_id is None) == (self.email is None):
+            raise ValueError("give exactly one of user_id or email")
+        return self
+
+
+class SecretCreate(_Strict):
+    """Create or replace a secret. The value is write-only: no response ever contains it."""
+
+    value: str = Field(min_length=1, max_length=65536)
+    scope: SecretScopeIn = "user"
+
+
+class SecretPublic(_Model):
+    """A secret's metadata; never its value."""
+
+    name: str
+    scope: SecretScope
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str | None
+
+
+class SecretList(_Model):
+    secrets: list[SecretPublic]
+    total_count: int
+    workspace: str

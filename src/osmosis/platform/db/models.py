@@ -9,7 +9,18 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import Boolean, DateTime, ForeignKey, MetaData, String, TypeDecorator
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -86,3 +97,92 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     user: Mapped[User] = relationship(back_populates="tokens")
+
+
+class Workspace(Base):
+    """A git repository's workspace, known by the identity normalised from its `origin`."""
+
+    __tablename__ = "workspaces"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    identity: Mapped[str] = mapped_column(String(1024), unique=True)
+    created_by: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("users.id", ondelete="SET NULL")
+    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    members: Mapped[list[WorkspaceMember]] = relationship(
+        back_populates="workspace", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class WorkspaceMember(Base):
+    """A user's membership of a workspace; `role` is "owner" (its creator) or "member"."""
+
+    __tablename__ = "workspace_members"
+
+    workspace_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16), default="member")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    workspace: Mapped[Workspace] = relationship(back_populates="members")
+    user: Mapped[User] = relationship()
+
+
+class Secret(Base):
+    """A named secret of a workspace: shared ("workspace") or one user's own ("user").
+
+    Only the Fernet ciphertext is stored. Uniqueness is per (workspace, scope, owner, name);
+    two partial indexes express it, because a plain unique constraint treats the NULL owner
+    of every workspace secret as distinct.
+    """
+
+    __tablename__ = "secrets"
+    __table_args__ = (
+        CheckConstraint("scope IN ('user', 'workspace')", name="scope"),
+        CheckConstraint(
+            "(scope = 'user' AND owner_id IS NOT NULL) "
+            "OR (scope = 'workspace' AND owner_id IS NULL)",
+            name="owner_matches_scope",
+        ),
+        Index(
+            "uq_secrets_workspace_name",
+            "workspace_id",
+            "name",
+            unique=True,
+            sqlite_where=text("scope = 'workspace'"),
+            postgresql_where=text("scope = 'workspace'"),
+        ),
+        Index(
+            "uq_secrets_user_name",
+            "workspace_id",
+            "owner_id",
+            "name",
+            unique=True,
+            sqlite_where=text("scope = 'user'"),
+            postgresql_where=text("scope = 'user'"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(255))
+    scope: Mapped[str] = mapped_column(String(16))
+    workspace_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("workspaces.id", ondelete="CASCADE"), index=True
+    )
+    owner_id: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("users.id", ondelete="CASCADE")
+    )
+    ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_by: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("users.id", ondelete="SET NULL")
+    )
+
+    updater: Mapped[User | None] = relationship(foreign_keys=[updated_by])

@@ -1,0 +1,190 @@
+"""`osmosis secret`: set, list and delete the secrets of this repository's workspace.
+
+A value never comes from the command line (argv is visible to other users in `ps`): it is
+read from the environment variable named by `--env`, or from a hidden prompt.
+
+    OPENAI_API_KEY=sk-... osmosis secret set OPENAI_API_KEY --env OPENAI_API_KEY
+    osmosis secret list --scope workspace
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from typing import Any
+
+import typer
+
+from osmosis.cli.credentials import PlatformOption
+
+app = typer.Typer(help="Manage workspace and personal secrets.", no_args_is_help=True)
+
+CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
+
+
+class Scope(StrEnum):
+    personal = "personal"
+    workspace = "workspace"
+
+
+class ListScope(StrEnum):
+    all = "all"
+    workspace = "workspace"
+    personal = "personal"
+
+
+ScopeOption = typer.Option(
+    Scope.personal,
+    "--scope",
+    help="personal: only you see it (overrides a workspace secret of the same name); "
+    "workspace: every member sees it.",
+)
+
+
+def _check_name(name: str) -> None:
+    from osmosis.cli.output import CLIError
+    from osmosis.platform.schemas import SECRET_NAME_MAX, SECRET_NAME_PATTERN
+
+    if not (1 <= len(name) <= SECRET_NAME_MAX) or not re.match(SECRET_NAME_PATTERN, name):
+        raise CLIError(
+            f"invalid secret name {name!r}: use A-Z, 0-9 and _, starting with a letter",
+            code="VALIDATION",
+            details={"name": name[:SECRET_NAME_MAX], "pattern": SECRET_NAME_PATTERN},
+            hint="for example OPENAI_API_KEY",
+        )
+
+
+def _row(secret: Any) -> dict[str, Any]:
+    return {
+        "name": secret.name,
+        "scope": "personal" if secret.scope == "user" else "workspace",
+        "updated_at": secret.updated_at.isoformat(timespec="seconds"),
+        "updated_by": secret.updated_by,
+    }
+
+
+def _read_value(name: str, env_var: str | None, *, interactive: bool) -> str:
+    from osmosis.cli.output import CLIError
+
+    if env_var:
+        value = os.environ.get(env_var)
+        if value is None:
+            raise CLIError(
+                f"--env {env_var}: the variable is not set",
+                code="VALIDATION",
+                details={"env": env_var},
+                hint=f"export {env_var}=... first, or pass --env-file FILE",
+            )
+    elif interactive:
+        value = typer.prompt(f"Value for {name}", hide_input=True)
+    else:
+        raise CLIError(
+            "a secret value is read from a hidden prompt, which needs an interactive terminal",
+            code="INTERACTIVE_REQUIRED",
+            details={"flags": ["--env"]},
+            hint=f"osmosis secret set {name} --env VARIABLE_HOLDING_THE_VALUE",
+        )
+    if not value:
+        raise CLIError("the secret value is empty", code="VALIDATION", details={"name": name})
+    return value
+
+
+@app.command("set")
+def set_secret(
+    name: str = typer.Argument(..., help="Secret name, e.g. OPENAI_API_KEY."),
+    scope: Scope = ScopeOption,
+    env_var: str | None = typer.Option(
+        None, "--env", metavar="VAR", help="Read the value from this environment variable."
+    ),
+    platform: str | None = PlatformOption,
+) -> None:
+    """Create or replace a secret; the value comes from --env VAR or a hidden prompt."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+    from osmosis.cli.workspace import current_workspace, git_context
+
+    out = output()
+    _check_name(name)
+    workspace = current_workspace()
+    value = _read_value(name, env_var, interactive=out.interactive)
+    with platform_errors(), open_client(platform) as client:
+        secret = client.set_secret(
+            git=workspace.identity, name=name, value=value, scope=scope.value
+        )
+    out.operation(
+        "secret.set",
+        message=f"Set {scope.value} secret {name} in workspace {workspace.identity}.",
+        resource={**_row(secret), **git_context(workspace, client.base_url)},
+    )
+
+
+@app.command("list")
+def list_secrets(
+    scope: ListScope = typer.Option(ListScope.all, "--scope", help="Which secrets to list."),
+    platform: str | None = PlatformOption,
+) -> None:
+    """List secret names (never values) visible to you in this workspace."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+    from osmosis.cli.workspace import current_workspace, git_context
+
+    workspace = current_workspace()
+    with platform_errors(), open_client(platform) as client:
+        page = client.list_secrets(git=workspace.identity, scope=scope.value)
+    output().listing(
+        [_row(secret) for secret in page.secrets],
+        columns=["name", "scope", "updated_at", "updated_by"],
+        title=f"Secrets of {workspace.identity}",
+        total_count=page.total_count,
+        context=git_context(workspace, client.base_url),
+    )
+
+
+@app.command("delete")
+def delete_secret(
+    name: str = typer.Argument(..., help="Secret name."),
+    scope: Scope = ScopeOption,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    platform: str | None = PlatformOption,
+) -> None:
+    """Delete a secret (asks first unless --yes)."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
+    from osmosis.cli.workspace import current_workspace, git_context
+
+    out = output()
+    _check_name(name)
+    workspace = current_workspace()
+    with platform_errors(), open_client(platform) as client:
+        # Check before asking: a typo should fail at once, with a hint to the other scope.
+        visible = client.list_secrets(git=workspace.identity, scope="all").secrets
+        wire = "user" if scope is Scope.personal else "workspace"
+        if not any(s.name == name and s.scope == wire for s in visible):
+            other = Scope.workspace if scope is Scope.personal else Scope.personal
+            hint = (
+                f"a {other.value} secret {name} exists: add --scope {other.value}"
+                if any(s.name == name for s in visible)
+                else "osmosis secret list shows the names"
+            )
+            raise CLIError(
+                f"no {scope.value} secret {name} in workspace {workspace.identity}",
+                code="NOT_FOUND",
+                details={"name": name, "scope": scope.value},
+                hint=hint,
+            )
+        prompt = f"Delete {scope.value} secret {name} from {workspace.identity}?"
+        if not yes:
+            if not out.interactive:
+                raise CLIError(
+                    CONFIRM_HINT, code="INTERACTIVE_REQUIRED", details={"prompt": prompt}
+                )
+            if not typer.confirm(prompt, default=False):
+                raise typer.Abort()
+        secret = client.delete_secret(git=workspace.identity, name=name, scope=wire)
+    out.operation(
+        "secret.delete",
+        message=f"Deleted {scope.value} secret {name} from {workspace.identity}.",
+        resource={**_row(secret), **git_context(workspace, client.base_url)},
+    )
