@@ -38,8 +38,9 @@ class EvalProgress:
         if self.verbose:
             self._print(line)
 
-    def start_progress(self, total: int, done: int) -> None:
+    def start_progress(self, total: int, done: int, *, pass_threshold: float) -> None:
         self.total, self.done = total, done
+        self.threshold = pass_threshold
         self._started = time.monotonic()
         if self.out.mode is not Mode.RICH or not self.out.console.is_terminal:
             return

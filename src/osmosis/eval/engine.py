@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,7 +120,6 @@ class EngineSettings:
     concurrency: int
     agent_timeout_sec: float | None
     grader_timeout_sec: float | None
-    pass_threshold: float = 1.0
     artifact_root: Path | None = None
     """The rollout server's `_OSMOSIS_ROLLOUT_ARTIFACT_ROOT` (trajectories and artifacts)."""
 
@@ -129,25 +128,6 @@ class EngineSettings:
         if self.agent_timeout_sec is None or self.grader_timeout_sec is None:
             return 3600.0
         return self.agent_timeout_sec + self.grader_timeout_sec + SUPERVISOR_GRACE_SEC
-
-
-@dataclass
-class Progress:
-    """Counts for the live progress display; updated as attempts are recorded."""
-
-    total: int
-    done: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    skipped: int = 0
-    passed: int = 0
-    tokens: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def rate(self) -> float:
-        elapsed = time.monotonic() - self.started
-        return self.done / elapsed if elapsed > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class Reporter(Protocol):
 
     def stage(self, message: str) -> None: ...
 
-    def start_progress(self, total: int, done: int) -> None: ...
+    def start_progress(self, total: int, done: int, *, pass_threshold: float) -> None: ...
 
     def advance(self, record: AttemptRecord) -> None: ...
 
@@ -164,7 +164,11 @@ async def _dispatch(
             concurrency = min(concurrency, capacity)
         reporter.stage(f"running {pending} work items, up to {concurrency} in flight")
         run.log(f"dispatching {pending} work items with concurrency {concurrency}")
-        reporter.start_progress(plan.total_work_items, plan.total_work_items - pending)
+        reporter.start_progress(
+            plan.total_work_items,
+            plan.total_work_items - pending,
+            pass_threshold=evaluation.pass_threshold,
+        )
         engine = Engine(
             rollout=client,
             bridge=bridge,
@@ -173,7 +177,6 @@ async def _dispatch(
                 concurrency=concurrency,
                 agent_timeout_sec=evaluation.agent_workflow_timeout_s,
                 grader_timeout_sec=evaluation.grader_timeout_s,
-                pass_threshold=evaluation.pass_threshold,
                 artifact_root=artifact_root,
             ),
             halt_signals=[process.exit_signal],
@@ -185,7 +188,7 @@ async def _dispatch(
 
 @contextlib.asynccontextmanager
 async def _policy(
-    plan: LocalRunPlan, redactor: Redactor, log: Any, token: str
+    plan: LocalRunPlan, redactor: Redactor, log: Callable[[str], None], token: str
 ) -> AsyncIterator[Any]:
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
@@ -328,7 +331,7 @@ def _rollout_log(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]
     return log
 
 
-def _tee(run: RunDirectory, reporter: Reporter) -> Any:
+def _tee(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
     def log(line: str) -> None:
         run.log(line)
         reporter.stage(line)

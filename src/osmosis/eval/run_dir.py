@@ -187,14 +187,6 @@ class RunDirectory:
                     record = record.model_copy(update={"resumed": True})
                 yield record
 
-    def record_at(self, row_index: int, run_index: int) -> AttemptRecord | None:
-        offset = self._offsets[self.slots.of(row_index, run_index)]
-        if offset < 0:
-            return None
-        with (self.path / "events.jsonl").open("rb") as handle:
-            handle.seek(offset)
-            return AttemptRecord.model_validate_json(handle.readline())
-
     # -- ResultsSink ----------------------------------------------------------------------------
     def record(self, attempt: FinishedAttempt) -> None:
         """Store one attempt: its trajectory and artifacts first, then the journal line

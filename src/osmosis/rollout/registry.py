@@ -37,7 +37,6 @@ class TrackedRollout:
     status: RolloutStatus = RolloutStatus.QUEUED
     result: RolloutResultResponse | None = None
     task: asyncio.Task[None] | None = None
-    cancel_disposition: str | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     lease_timer: asyncio.TimerHandle | None = None
 
@@ -142,7 +141,7 @@ class RolloutRegistry:
             return "not_found"
         if rollout.result is not None:
             return "not_found"  # finished (cancelled ones too): nothing left to cancel
-        rollout.cancel_disposition = (
+        disposition = (
             "cancelled_queued" if rollout.status is RolloutStatus.QUEUED else "cancelled_running"
         )
         self.finish(
@@ -152,7 +151,7 @@ class RolloutRegistry:
             ),
         )
         self._stop_execution(rollout)
-        return rollout.cancel_disposition
+        return disposition
 
     def _stop_execution(self, rollout: TrackedRollout) -> None:
         if self._cancel_backend is not None:

@@ -1,0 +1,38 @@
+"""The live progress line counts passes against the run's own threshold."""
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from osmosis.cli.output import Mode, Output
+from osmosis.cli.progress import EvalProgress
+from osmosis.eval.records import AttemptRecord
+
+
+def record(index: int, status: str, reward: float | None) -> AttemptRecord:
+    return AttemptRecord(
+        row_index=index,
+        run_index=0,
+        rollout_id=f"{index:032x}",
+        source_row_index=index,
+        status=status,
+        reward=reward,
+        error_type="timeout" if status == "failed" else None,
+        tokens=10,
+        duration_ms=1.0,
+        finished_at=datetime.now(UTC),
+    )
+
+
+def test_passes_follow_the_pass_threshold_and_skips_leave_the_denominator():
+    progress = EvalProgress(Output(mode=Mode.PLAIN, _console=Console(record=True)))
+    progress.start_progress(5, 0, pass_threshold=0.5)
+    for attempt in (
+        record(0, "success", 0.5),  # passes at 0.5, would not at the default 1.0
+        record(1, "success", 0.4),
+        record(2, "failed", None),
+        record(3, "skipped", None),
+    ):
+        progress.advance(attempt)
+    assert (progress.passed, progress.scored, progress.failed) == (1, 3, 1)
+    assert progress.summary().startswith("pass 33% · failed 1 · tokens 40")
