@@ -9,6 +9,7 @@ import typer
 
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
+    from osmosis.cli.progress import EvalProgress
     from osmosis.eval.local_plan import LocalRunPlan
     from osmosis.eval.local_run import LocalRunReport
 
@@ -221,7 +222,7 @@ def _headline(report: LocalRunReport) -> str:
     )
 
 
-def _reporter(out: Output, verbose: bool) -> Any:
+def _reporter(out: Output, verbose: bool) -> EvalProgress:
     from osmosis.cli.progress import EvalProgress
 
     return EvalProgress(out, verbose=verbose)

@@ -35,7 +35,7 @@ _SKIPPED_SOURCE_DIRS = {".venv", "__pycache__", ".osmosis", ".git", ".pytest_cac
 
 
 class PlanError(Exception):
-    """The run cannot start; `problems` lists every reason, `details` is for JSON output."""
+    """The run cannot start. The message names every problem; `details` is for JSON output."""
 
     def __init__(self, message: str, *, details: Mapping[str, Any] | None = None, hint: str = ""):
         super().__init__(message)
@@ -142,10 +142,8 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
     try:
         workspace = check_config_location(config_path)
         config = load_eval_config(config_path, workspace_root=workspace)
-    except ConfigError as error:
+    except ConfigError as error:  # also a config outside configs/eval/ or not .toml
         raise PlanError(str(error), details=error.details()) from None
-    except ValueError as error:  # config outside configs/eval/ or not .toml
-        raise PlanError(str(error), hint="keep eval configs under configs/eval/*.toml") from None
 
     rollout_dir = config.rollout_dir(workspace)
     entrypoint = config.entrypoint_path(workspace)

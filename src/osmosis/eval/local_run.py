@@ -16,7 +16,7 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -266,7 +266,16 @@ def _count_pending(run: RunDirectory, plan: LocalRunPlan) -> int:
 def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> None:
     """Recompute everything from the journal and write the output files."""
     evaluation = plan.config.evaluation
-    summary = summarize(run.records(), evaluation.pass_threshold)
+    failed: list[AttemptRecord] = []
+
+    def noting_failures(records: Iterable[AttemptRecord]) -> Iterator[AttemptRecord]:
+        # One pass over the journal feeds the metrics and collects the failed rows.
+        for record in records:
+            if record.status == "failed":
+                failed.append(record)
+            yield record
+
+    summary = summarize(noting_failures(run.records()), evaluation.pass_threshold)
     complete = run.recorded_count() == plan.total_work_items
     report.status = "finished" if complete else "incomplete"
     report.metrics = summary
@@ -279,8 +288,7 @@ def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> No
             "error_type": record.error_type,
             "rollout_dir": str(plan.run_dir / "rollout_trials" / record.rollout_id),
         }
-        for record in run.records()
-        if record.status == "failed"
+        for record in failed
     ]
     now = datetime.now(UTC).isoformat(timespec="milliseconds")
     run.write_outputs(
