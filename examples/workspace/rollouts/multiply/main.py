@@ -44,4 +44,7 @@ app = create_rollout_server(
 )
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000")))
+    port = int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000"))
+    # No access log: one line per protocol request would bury the rollout's own messages
+    # in the run's logs.txt.
+    uvicorn.run(app, host="127.0.0.1", port=port, access_log=False)
