@@ -264,9 +264,10 @@ def test_a_malformed_key_is_a_clear_error(tmp_path):
         load_secret_box(tmp_path, env={KEY_ENV: "not-a-key"})
 
 
-def test_the_server_honours_the_key_and_refuses_a_different_one(tmp_path, monkeypatch):
-    settings = Settings(home=tmp_path / "home")
-    monkeypatch.setenv(KEY_ENV, Fernet.generate_key().decode())
+def test_the_server_honours_the_key_and_refuses_a_different_one(tmp_path):
+    settings = Settings.from_env(
+        {"OSMOSIS_HOME": str(tmp_path / "home"), KEY_ENV: Fernet.generate_key().decode()}
+    )
     app = create_app(settings)
     with app.state.sessions() as db:
         ada = create_user(db, name="ada", email=None, is_admin=False).user
@@ -279,9 +280,8 @@ def test_the_server_honours_the_key_and_refuses_a_different_one(tmp_path, monkey
     app.state.engine.dispose()
     assert not (settings.home / "secret.key").exists()
 
-    monkeypatch.setenv(KEY_ENV, Fernet.generate_key().decode())
     with pytest.raises(SecretKeyError, match="cannot decrypt the stored secrets"):
-        create_app(settings)
+        create_app(settings.replace(secret_key=Fernet.generate_key().decode()))
 
 
 def test_the_secret_tables_compile_for_postgresql_with_partial_unique_indexes(local_platform):

@@ -9,7 +9,6 @@ rest (`OSMOSIS_SECRET_KEY`, else `<home>/secret.key`, created 0600 on first star
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from osmosis._version import __version__
 from osmosis.platform.api import admin, auth, health, secrets, workspaces
 from osmosis.platform.bootstrap import bootstrap
-from osmosis.platform.crypto import SecretBox, SecretKeyError, load_secret_box
+from osmosis.platform.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
 from osmosis.platform.db import make_engine, make_session_factory, upgrade
 from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
 from osmosis.platform.deps import current_token
@@ -91,7 +90,8 @@ def create_app(settings: Settings) -> FastAPI:
 def _secret_box(sessions: sessionmaker[Session], settings: Settings) -> SecretBox:
     """The key for secrets at rest; a key that cannot read the stored secrets stops start-up
     here, with a clear message, rather than failing each later request that needs them."""
-    box = load_secret_box(settings.home, env=os.environ)
+    env = {KEY_ENV: settings.secret_key} if settings.secret_key else {}
+    box = load_secret_box(settings.home, env=env)
     with sessions() as db:
         if not check_secret_key(db, box=box):
             raise SecretKeyError(

@@ -73,6 +73,20 @@ SETTINGS: tuple[Setting, ...] = (
         "a non-loopback http:// URL. Put a TLS proxy in front instead when you can.",
         _flag,
     ),
+    Setting(
+        "secret_key",
+        "OSMOSIS_SECRET_KEY",
+        None,
+        "Fernet key that encrypts stored secrets; default: <home>/secret.key, created 0600 on "
+        "first start. Keep it stable: secrets stored under one key cannot be read with another.",
+    ),
+    Setting(
+        "max_concurrent_runs",
+        "OSMOSIS_MAX_CONCURRENT_RUNS",
+        2,
+        "Evaluation runs executed at once; further submitted runs wait as pending.",
+        int,
+    ),
 )
 
 
@@ -94,6 +108,8 @@ class Settings:
     port: int = DEFAULT_PORT
     max_upload_bytes: int = 5 * 1024**3
     allow_insecure_http: bool = False
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    max_concurrent_runs: int = 2
 
     def __post_init__(self) -> None:
         # Normalise once so every consumer sees an absolute home and a concrete database URL.
@@ -105,6 +121,8 @@ class Settings:
             raise SettingsError(f"port must be between 1 and 65535, got {self.port}")
         if self.max_upload_bytes <= 0:
             raise SettingsError("max_upload_bytes must be positive")
+        if self.max_concurrent_runs < 1:
+            raise SettingsError("max_concurrent_runs must be at least 1")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
