@@ -181,6 +181,21 @@ def test_an_unreachable_platform_is_a_network_error(tmp_path):
     assert error["error"]["code"] == "NETWORK" and url in error["error"]["message"]
 
 
+def test_platform_before_the_command_wins_over_the_environment(running_platform, tmp_path):
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    env = clean_env(
+        OSMOSIS_CONFIG_DIR=str(tmp_path),
+        OSMOSIS_PLATFORM_URL=unreachable,
+        OSMOSIS_TOKEN=running_platform.admin_token,
+    )
+    assert json.loads(osmosis("--json", "auth", "whoami", env=env).stderr)["error"]["code"] == (
+        "NETWORK"
+    )
+    whoami = osmosis_json("--platform", running_platform.url, "auth", "whoami", env=env)
+    assert whoami["data"]["platform_url"] == running_platform.url
+    assert whoami["data"]["user"] == "admin"
+
+
 def test_a_second_start_on_the_same_home_is_refused(running_platform):
     result = osmosis(
         "--json",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from osmosis.cli.credentials import PlatformOption
-
 app = typer.Typer(help="Manage platform users and tokens (admin only).", no_args_is_help=True)
 user_app = typer.Typer(help="Create and list users.", no_args_is_help=True)
 token_app = typer.Typer(help="Issue API tokens.", no_args_is_help=True)
@@ -20,13 +18,12 @@ def create_user(
     name: str = typer.Argument(..., help="User name: letters, digits, '_', '.', '-'."),
     email: str = typer.Option(..., "--email", help="The user's email address."),
     admin: bool = typer.Option(False, "--admin", help="Make the user an administrator."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Create a user and print its first API token (once)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
 
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         created = client.create_user(name=name, email=email, is_admin=admin)
     user = created.user
     output().operation(
@@ -45,13 +42,12 @@ def create_user(
 def list_users(
     limit: int = typer.Option(50, "--limit", min=1, max=50, help="Users per page."),
     offset: int = typer.Option(0, "--offset", min=0, help="Users to skip."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """List users."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
 
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         page = client.list_users(limit=limit, offset=offset)
     output().listing(
         [user.model_dump(mode="json") for user in page.users],
@@ -68,13 +64,12 @@ def list_users(
 def create_token(
     user_id: str = typer.Argument(..., help="The user's id (see `osmosis admin user list`)."),
     name: str = typer.Option("default", "--name", help="A label for the token."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Issue another API token for a user and print it (once)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
 
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         issued = client.create_token(user_id=user_id, name=name)
     output().operation(
         "admin.token.create",

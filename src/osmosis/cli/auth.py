@@ -6,8 +6,6 @@ import os
 
 import typer
 
-from osmosis.cli.credentials import PlatformOption
-
 app = typer.Typer(
     help="Log in to a platform and inspect the current identity.", no_args_is_help=True
 )
@@ -18,7 +16,6 @@ def login(
     token: str | None = typer.Option(
         None, "--token", help="An API token (osm_...); prompted for when interactive."
     ),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Verify a token with the platform and save it, keyed by platform URL.
 
@@ -38,7 +35,7 @@ def login(
                 hint="osmosis auth login --token osm_... [--platform URL]",
             )
         token = typer.prompt("API token", hide_input=True)
-    url = resolve(platform, os.environ).url
+    url = resolve(None, os.environ).url
     with (
         platform_errors(),
         PlatformClient(url, token, allow_insecure_http=allow_insecure_http(os.environ)) as client,
@@ -58,13 +55,13 @@ def login(
 
 
 @app.command("logout")
-def logout(platform: str = PlatformOption) -> None:
+def logout() -> None:
     """Forget the saved token for the platform (the server-side token stays valid)."""
     from osmosis.cli.credentials import forget_login, resolve
     from osmosis.cli.main import output
 
     out = output()
-    url = resolve(platform, os.environ).url
+    url = resolve(None, os.environ).url
     removed = forget_login(os.environ, url=url)
     if os.environ.get("OSMOSIS_TOKEN"):
         out.warn("OSMOSIS_TOKEN is set and still provides a token")
@@ -75,13 +72,13 @@ def logout(platform: str = PlatformOption) -> None:
 
 
 @app.command("whoami")
-def whoami(platform: str = PlatformOption) -> None:
+def whoami() -> None:
     """Show the user behind the current token, and where the platform and token came from."""
     from osmosis.cli.credentials import open_client, platform_errors, resolve
     from osmosis.cli.main import output
 
-    connection = resolve(platform, os.environ)
-    with platform_errors(), open_client(platform) as client:
+    connection = resolve(None, os.environ)
+    with platform_errors(), open_client(None) as client:
         identity = client.whoami()
     output().detail(
         {

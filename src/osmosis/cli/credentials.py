@@ -7,7 +7,7 @@ Resolution, first match wins:
    `~/.osmosis/credentials.json`), written by `osmosis auth login`, keyed by platform URL;
 3. the embedded server's `<OSMOSIS_HOME>/credentials.json`, so a local platform needs no login.
 
-Typer only at module level: this module is imported by command bodies, not at start-up.
+Nothing heavy at module level: `osmosis.cli.main` imports this module at start-up.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import typer
 
 if TYPE_CHECKING:
     from osmosis.cli.output import CLIError
@@ -32,12 +31,13 @@ DEFAULT_PLATFORM_URL = "http://127.0.0.1:8765"
 
 LOGIN_HINT = "run `osmosis auth login --token TOKEN [--platform URL]` or set OSMOSIS_TOKEN"
 
-PlatformOption = typer.Option(
-    None,
-    "--platform",
-    help="Platform base URL for this command (default: OSMOSIS_PLATFORM_URL, the saved "
-    "login, or the local server).",
-)
+# `--platform URL`, taken from anywhere on the line by `osmosis.cli.main` before parsing.
+_global_platform: ContextVar[str | None] = ContextVar("osmosis_platform", default=None)
+
+
+def use_platform(url: str | None) -> None:
+    """Make `url` the platform of every command in this context (the global `--platform`)."""
+    _global_platform.set(url)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,9 @@ def forget_login(env: Mapping[str, str], *, url: str) -> bool:
 
 
 def resolve(platform: str | None, env: Mapping[str, str]) -> Connection:
-    """Which platform and token to use (see the module docstring for the order)."""
+    """Which platform and token to use (see the module docstring for the order); `platform`
+    None means the global `--platform`, if one was given."""
+    platform = platform or _global_platform.get()
     logins = load_logins(env)
     embedded = _read_json(embedded_credentials_file(env))
     if platform:

@@ -20,6 +20,7 @@ import typer
 from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
+from osmosis.cli.credentials import use_platform
 from osmosis.cli.output import CLIError, Mode, Output
 
 if TYPE_CHECKING:
@@ -74,6 +75,12 @@ def _root(
         "--env-file",
         help="Load a dotenv file first (anywhere on the line; OSMOSIS_ENV_FILE).",
     ),
+    platform: str | None = typer.Option(
+        None,
+        "--platform",
+        help="Platform base URL (anywhere on the line; default: OSMOSIS_PLATFORM_URL, the "
+        "saved login, or the local server).",
+    ),
 ) -> None:
     """Evaluate LLM agent rollouts on your machine or a self-hosted platform."""
 
@@ -96,7 +103,9 @@ def _register_groups() -> None:
 _register_groups()
 
 _GLOBAL_FLAGS = {"--json": Mode.JSON, "--plain": Mode.PLAIN}
-_ENV_FILE_FLAG = "--env-file"
+# Global options that take a value: flag -> GlobalOptions field.
+_GLOBAL_VALUES = {"--env-file": "env_file", "--platform": "platform"}
+_VALUE_HINTS = {"--env-file": "--env-file .env", "--platform": "--platform https://host:8765"}
 
 
 @dataclass(frozen=True)
@@ -106,31 +115,30 @@ class GlobalOptions:
     args: list[str]
     mode: Mode = Mode.RICH
     env_file: str | None = None
+    platform: str | None = None
 
 
 def _split_global_flags(argv: Sequence[str]) -> GlobalOptions:
-    """Pull `--json`/`--plain` and `--env-file FILE` from anywhere on the line (before a bare
-    `--`), so each works in any position, as the reference CLI allows."""
+    """Pull `--json`/`--plain`, `--env-file FILE` and `--platform URL` from anywhere on the
+    line (before a bare `--`), so each works in any position, as the reference CLI allows."""
     mode = Mode.RICH
-    env_file: str | None = None
+    values: dict[str, str] = {}
     rest: list[str] = []
     passthrough = False
     items = iter(argv)
     for arg in items:
-        if not passthrough and arg in _GLOBAL_FLAGS:
+        flag, has_value, inline = arg.partition("=")
+        if passthrough or (arg not in _GLOBAL_FLAGS and flag not in _GLOBAL_VALUES):
+            passthrough = passthrough or arg == "--"
+            rest.append(arg)
+        elif arg in _GLOBAL_FLAGS:
             mode = _GLOBAL_FLAGS[arg]
-            continue
-        if not passthrough and arg == _ENV_FILE_FLAG:
-            env_file = next(items, None)
-            if env_file is None:
-                raise CLIError("--env-file needs a file path", hint="--env-file .env")
-            continue
-        if not passthrough and arg.startswith(_ENV_FILE_FLAG + "="):
-            env_file = arg.partition("=")[2]
-            continue
-        passthrough = passthrough or arg == "--"
-        rest.append(arg)
-    return GlobalOptions(args=rest, mode=mode, env_file=env_file)
+        else:
+            value = inline if has_value else next(items, None)
+            if not value:
+                raise CLIError(f"{flag} needs a value", hint=_VALUE_HINTS[flag])
+            values[_GLOBAL_VALUES[flag]] = value
+    return GlobalOptions(args=rest, mode=mode, **values)
 
 
 def load_env_file(path: str, environ: MutableMapping[str, str]) -> None:
@@ -163,6 +171,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         env_file = options.env_file or os.environ.get("OSMOSIS_ENV_FILE")
         if env_file:
             load_env_file(env_file, os.environ)
+        use_platform(options.platform)
         result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except CLIError as error:

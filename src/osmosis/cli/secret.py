@@ -16,8 +16,6 @@ from typing import Any
 
 import typer
 
-from osmosis.cli.credentials import PlatformOption
-
 app = typer.Typer(help="Manage workspace and personal secrets.", no_args_is_help=True)
 
 CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
@@ -97,7 +95,6 @@ def set_secret(
     env_var: str | None = typer.Option(
         None, "--env", metavar="VAR", help="Read the value from this environment variable."
     ),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Create or replace a secret; the value comes from --env VAR or a hidden prompt."""
     from osmosis.cli.credentials import open_client, platform_errors
@@ -108,7 +105,7 @@ def set_secret(
     _check_name(name)
     workspace = current_workspace()
     value = _read_value(name, env_var, interactive=out.interactive)
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         secret = client.set_secret(
             git=workspace.identity, name=name, value=value, scope=scope.value
         )
@@ -122,7 +119,6 @@ def set_secret(
 @app.command("list")
 def list_secrets(
     scope: ListScope = typer.Option(ListScope.all, "--scope", help="Which secrets to list."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """List secret names (never values) visible to you in this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
@@ -130,7 +126,7 @@ def list_secrets(
     from osmosis.cli.workspace import current_workspace, git_context
 
     workspace = current_workspace()
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         page = client.list_secrets(git=workspace.identity, scope=scope.value)
     output().listing(
         [_row(secret) for secret in page.secrets],
@@ -146,7 +142,6 @@ def delete_secret(
     name: str = typer.Argument(..., help="Secret name."),
     scope: Scope = ScopeOption,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Delete a secret (asks first unless --yes)."""
     from osmosis.cli.credentials import open_client, platform_errors
@@ -157,7 +152,7 @@ def delete_secret(
     out = output()
     _check_name(name)
     workspace = current_workspace()
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         # Check before asking: a typo should fail at once, with a hint to the other scope.
         visible = client.list_secrets(git=workspace.identity, scope="all").secrets
         wire = "user" if scope is Scope.personal else "workspace"

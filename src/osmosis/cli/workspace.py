@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis.cli.credentials import PlatformOption
-
 if TYPE_CHECKING:
     from osmosis.workspace import Workspace
 
@@ -47,13 +45,13 @@ def git_context(workspace: Workspace, platform_url: str | None = None) -> dict[s
 
 
 @app.command("info")
-def info(platform: str | None = PlatformOption) -> None:
+def info() -> None:
     """Show this repository's workspace and its members (creates it on first use)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
 
     workspace = current_workspace()
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         public = client.workspace(git=workspace.identity)
     output().detail(
         {
@@ -75,7 +73,6 @@ def info(platform: str | None = PlatformOption) -> None:
 @member_app.command("add")
 def add_member(
     user: str = typer.Argument(..., help="The user's email address or id."),
-    platform: str | None = PlatformOption,
 ) -> None:
     """Add an existing platform user to this repository's workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
@@ -83,7 +80,7 @@ def add_member(
 
     workspace = current_workspace()
     by = {"email": user} if "@" in user else {"user_id": user}
-    with platform_errors(), open_client(platform) as client:
+    with platform_errors(), open_client(None) as client:
         public = client.add_workspace_member(git=workspace.identity, **by)
     output().operation(
         "workspace.member.add",

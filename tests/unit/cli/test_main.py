@@ -48,6 +48,26 @@ def test_env_file_is_taken_from_anywhere(argv):
     assert options.args == ["dataset", "validate", "f"] and options.env_file == "x.env"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--platform", "https://p.example", "secret", "list"],
+        ["secret", "--platform=https://p.example", "list"],
+        ["secret", "list", "--platform", "https://p.example"],
+    ],
+)
+def test_platform_is_taken_from_anywhere(argv):
+    options = _split_global_flags(argv)
+    assert options.args == ["secret", "list"] and options.platform == "https://p.example"
+
+
+@pytest.mark.parametrize("argv", [["secret", "list", "--platform"], ["--platform=", "auth"]])
+def test_platform_without_a_url_is_a_clear_error(argv, capsys):
+    assert main(["--json", *argv]) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "VALIDATION" and "--platform needs a value" in error["message"]
+
+
 def test_env_file_adds_variables_without_overriding_the_environment(tmp_path):
     env_file = tmp_path / "x.env"
     env_file.write_text("export A=from-file\nB='quoted value'\n")
