@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INTEROP_VENV ?= .venv-interop
 
-.PHONY: install test test-fast lint check demo clean
+.PHONY: install test test-fast lint check demo demo-local clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,10 @@ lint:
 
 check: lint test
 
-demo: install  ## evaluate the example workspace end to end on the local SmolLM2 model
+demo: install  ## the platform workflow end to end: server, git origin, upload, submit, follow, download
+	$(BIN)/python scripts/demo.py
+
+demo-local: install  ## the same evaluation with `osmosis eval run`, no server
 	cd examples/workspace && ../../$(BIN)/osmosis eval run configs/eval/multiply.toml --name demo --fresh --yes
 
 clean:
