@@ -28,8 +28,8 @@ test-fast:  ## leave out the slow end-to-end tests
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow"
 
 lint:
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples scripts
+	$(BIN)/ruff format --check src tests bench examples scripts
 	$(BIN)/mypy
 
 check: lint test
