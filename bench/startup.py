@@ -7,6 +7,14 @@ Prints the median wall time of each and its ratio to `python -c pass` measured i
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script, bench/ comes first on sys.path, and bench/platform.py would shadow the
+# standard library's `platform` (which aiohttp, httpx and uuid import).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+# ruff: noqa: E402
+
 import argparse
 import statistics
 import subprocess
