@@ -313,11 +313,14 @@ class Engine:
         self.halt(f"model provider unavailable: {self.bridge.outage_reason or 'outage'}")
 
     async def _cancel_in_flight(self, tasks: set[asyncio.Task[bool]]) -> None:
-        # Interrupted (Ctrl-C): cancel on the server too, and record nothing — all pending.
-        await self._cancel_quietly(list(self._in_flight))
+        # Interrupted (Ctrl-C, eval stop): record nothing more, all pending. Our tasks go
+        # first: while the server's cancel call is awaited, a task could still record the
+        # "cancelled" result that very call produces, as a failed attempt.
+        rollout_ids = list(self._in_flight)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._cancel_quietly(rollout_ids)
 
     async def _cancel_quietly(self, rollout_ids: list[str]) -> None:
         if not rollout_ids:
