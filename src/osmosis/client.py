@@ -9,8 +9,11 @@ a connection that fails is code `NETWORK` and names the URL.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -32,6 +35,27 @@ from osmosis.platform.schemas import (
     UserList,
     WhoAmI,
     WorkspacePublic,
+)
+from osmosis.platform.schemas.datasets import (
+    SHA256_HEADER,
+    DatasetList,
+    DatasetLogList,
+    DatasetPreview,
+    DatasetPublic,
+    name_problem,
+)
+from osmosis.platform.schemas.runs import (
+    AttemptList,
+    EvalRunCreate,
+    EvalRunCreated,
+    EvalRunDetail,
+    EvalRunList,
+    EvalRunLogs,
+    EvalRunOperation,
+    EvalRunRetried,
+    EvalRunRetry,
+    EvalRunStop,
+    FileManifest,
 )
 
 __all__ = ["PlatformAPIError", "PlatformClient", "check_platform_url", "is_loopback"]
@@ -158,9 +182,12 @@ class PlatformClient:
             "POST", "/api/workspace/members", WorkspacePublic, body=body, headers=_git(git)
         )
 
-    def list_secrets(self, *, git: str, scope: str = "all") -> SecretList:
-        """Metadata of the secrets visible to the caller; `scope`: all, workspace, personal."""
-        params = {"scope": scope}
+    def list_secrets(
+        self, *, git: str, scope: str = "all", limit: int = 50, offset: int = 0
+    ) -> SecretList:
+        """A page of metadata of the secrets visible to the caller; `scope`: all, workspace,
+        personal."""
+        params = {"scope": scope, "limit": limit, "offset": offset}
         return self._call("GET", "/api/secrets", SecretList, params=params, headers=_git(git))
 
     def set_secret(self, *, git: str, name: str, value: str, scope: str = "user") -> SecretPublic:
@@ -184,6 +211,237 @@ class PlatformClient:
         params = {"scope": scope}
         return self._call("DELETE", path, SecretPublic, params=params, headers=_git(git))
 
+    # -- datasets (`git`: the workspace identity; `name`: a dataset name, its file's stem) --
+    def upload_dataset(
+        self,
+        *,
+        git: str,
+        path: Path,
+        size: int,
+        sha256: str,
+        overwrite: bool = False,
+        chunk_size: int = 1 << 20,
+    ) -> DatasetPublic:
+        """Stream the file at `path` as a new dataset (or, with `overwrite`, a new version).
+
+        `size` and `sha256` are what was validated locally; the server refuses anything else,
+        and exactly `size` bytes are sent, read from disk a chunk at a time.
+
+            info = validate_dataset(path)
+            client.upload_dataset(git="o/r", path=path, size=info.size, sha256=info.sha256)
+        """
+        params = {
+            "file_name": path.name,
+            "size": size,
+            "sha256": sha256,
+            "overwrite": "true" if overwrite else "false",
+        }
+        headers = {
+            **_git(git),
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(size),  # a declared length, not chunked: the server checks it
+        }
+        # The server answers after validating the whole file, which can take minutes.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=3600.0)
+        try:
+            return self._call(
+                "POST",
+                "/api/datasets",
+                DatasetPublic,
+                params=params,
+                headers=headers,
+                content=_file_chunks(path, size, chunk_size),
+                timeout=timeout,
+            )
+        except _FileChanged as error:
+            raise PlatformAPIError(
+                f"{path} changed while it was being uploaded: {error}",
+                code="VALIDATION",
+                details={"file": str(path)},
+            ) from None
+
+    def list_datasets(self, *, git: str, limit: int = 50, offset: int = 0) -> DatasetList:
+        params = {"limit": limit, "offset": offset}
+        return self._call("GET", "/api/datasets", DatasetList, params=params, headers=_git(git))
+
+    def dataset_info(self, *, git: str, name: str, version: int | None = None) -> DatasetPublic:
+        params = {"version": version} if version else None
+        return self._call(
+            "GET", _dataset_path(name), DatasetPublic, params=params, headers=_git(git)
+        )
+
+    def preview_dataset(
+        self, *, git: str, name: str, rows: int = 5, version: int | None = None
+    ) -> DatasetPreview:
+        params: dict[str, Any] = {"rows": rows}
+        if version:
+            params["version"] = version
+        path = _dataset_path(name, "preview")
+        return self._call("GET", path, DatasetPreview, params=params, headers=_git(git))
+
+    def dataset_logs(
+        self, *, git: str, name: str, limit: int = 200, cursor: str | None = None
+    ) -> DatasetLogList:
+        """Processing logs, oldest first; pass `next_cursor` back to read on (None at the end)."""
+        params: dict[str, Any] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        path = _dataset_path(name, "logs")
+        return self._call("GET", path, DatasetLogList, params=params, headers=_git(git))
+
+    def download_dataset(
+        self, *, git: str, name: str, dest: Path, version: int | None = None
+    ) -> int:
+        """Stream a dataset's file to `dest`; returns its size.
+
+        The bytes go to `<dest>.partial`, are checked against the size and SHA-256 the server
+        declares, and only then renamed to `dest`: `dest` is never left half-written.
+        """
+        url_path = _dataset_path(name, "download")
+        partial = dest.with_name(dest.name + ".partial")
+        digest = hashlib.sha256()
+        written = 0
+        try:
+            with self._http.stream(
+                "GET",
+                url_path,
+                params={"version": version} if version else None,
+                headers=_git(git),
+            ) as response:
+                if response.is_error:
+                    response.read()
+                    raise _api_error(response)
+                expected_sha = response.headers.get(SHA256_HEADER, "")
+                expected_size = int(response.headers.get("content-length", "-1"))
+                with partial.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+                        digest.update(chunk)
+                        written += len(chunk)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            if written != expected_size or digest.hexdigest() != expected_sha:
+                raise PlatformAPIError(
+                    f"the download of dataset {name} is corrupt: got {written:,} bytes with "
+                    f"sha256 {digest.hexdigest()}, expected {expected_size:,} bytes with "
+                    f"sha256 {expected_sha or '(not sent)'}",
+                    code="PLATFORM_ERROR",
+                    details={"name": name},
+                )
+            os.replace(partial, dest)
+        except httpx.HTTPError as error:
+            raise PlatformAPIError(
+                f"cannot reach the platform at {self.base_url}: {error or type(error).__name__}",
+                code="NETWORK",
+                details={"url": f"{self.base_url}{url_path}"},
+            ) from None
+        finally:
+            partial.unlink(missing_ok=True)
+        return written
+
+    # -- eval runs (`run` is a run's name or id) ---------------------------------------------
+    def submit_eval_run(self, *, git: str, body: EvalRunCreate) -> EvalRunCreated:
+        """Submit an evaluation run of the workspace `git`; the server clones the commit.
+
+        created = client.submit_eval_run(git="o/r", body=EvalRunCreate(...))
+        """
+        return self._call("POST", "/api/eval-runs", EvalRunCreated, body=body, headers=_git(git))
+
+    def list_eval_runs(
+        self,
+        *,
+        git: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        all_workspaces: bool = False,
+    ) -> EvalRunList:
+        """Runs of the workspace `git`, newest first; `all_workspaces`: every workspace of
+        the caller (then `git` may be None)."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if all_workspaces:
+            params["all"] = "true"
+        headers = _git(git) if git else None
+        return self._call("GET", "/api/eval-runs", EvalRunList, params=params, headers=headers)
+
+    def get_eval_run(self, run: str) -> EvalRunDetail:
+        return self._call("GET", _run_path(run), EvalRunDetail)
+
+    def eval_run_logs(self, run: str, *, limit: int = 50, cursor: str | None = None) -> EvalRunLogs:
+        """Log entries oldest first; pass `next_cursor` back to read on (None at the end)."""
+        params: dict[str, Any] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        return self._call("GET", _run_path(run, "logs"), EvalRunLogs, params=params)
+
+    def stop_eval_run(self, run: str) -> EvalRunOperation:
+        return self._call("POST", _run_path(run, "stop"), EvalRunOperation, body=EvalRunStop())
+
+    def retry_eval_run(
+        self, run: str, *, secrets: Mapping[str, str] | None = None
+    ) -> EvalRunRetried:
+        """Re-run the failed and skipped attempts of a finished, failed or stopped run."""
+        body = EvalRunRetry(secrets=dict(secrets or {}))
+        return self._call("POST", _run_path(run, "retry"), EvalRunRetried, body=body)
+
+    def eval_run_files(
+        self, run: str, *, types: Iterable[str] | None = None, rows: str | None = None
+    ) -> FileManifest:
+        """The downloadable files (path, size, sha256, type); `types` default to
+        metrics and trajectories, `rows` ("3,7,10-20") filters trajectories and artifacts."""
+        params: dict[str, Any] = {}
+        if types is not None:
+            params["types"] = ",".join(types)
+        if rows:
+            params["rows"] = rows
+        return self._call("GET", _run_path(run, "files"), FileManifest, params=params)
+
+    def download_eval_run_file(self, run: str, path: str, dest: Path) -> int:
+        """Stream one file of the run to `dest` (parents created); returns the bytes written.
+
+        No verification here: the caller compares size and sha256 with the manifest.
+        """
+        url_path = _run_path(run, "files") + "/" + quote(path, safe="/")
+        written = 0
+        try:
+            with self._http.stream("GET", url_path) as response:
+                if response.is_error:
+                    response.read()
+                    raise _api_error(response)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with dest.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+                        written += len(chunk)
+        except httpx.HTTPError as error:
+            raise PlatformAPIError(
+                f"cannot reach the platform at {self.base_url}: {error or type(error).__name__}",
+                code="NETWORK",
+                details={"url": f"{self.base_url}{url_path}"},
+            ) from None
+        return written
+
+    def eval_run_attempts(
+        self,
+        run: str,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        status: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        sort: str | None = None,
+    ) -> AttemptList:
+        """One page of the run's attempts (for the dashboard); `sort` e.g. "-reward"."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        optional = {
+            "status": status,
+            "min_reward": min_reward,
+            "max_reward": max_reward,
+            "sort": sort,
+        }
+        params.update({key: value for key, value in optional.items() if value is not None})
+        return self._call("GET", _run_path(run, "attempts"), AttemptList, params=params)
+
     # -- plumbing ----------------------------------------------------------------------
     def _call(
         self,
@@ -194,6 +452,8 @@ class PlatformClient:
         body: BaseModel | None = None,
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        content: Iterator[bytes] | None = None,
+        timeout: httpx.Timeout | None = None,
     ) -> _Model:
         url = f"{self.base_url}{path}"
         try:
@@ -201,8 +461,10 @@ class PlatformClient:
                 method,
                 path,
                 json=None if body is None else body.model_dump(mode="json", exclude_none=True),
+                content=content,
                 params=params,
                 headers=headers,
+                timeout=timeout or self._http.timeout,
             )
         except httpx.HTTPError as error:
             raise PlatformAPIError(
@@ -238,6 +500,34 @@ class PlatformClient:
 
 def _git(identity: str) -> dict[str, str]:
     return {"X-Osmosis-Git": identity}
+
+
+def _dataset_path(name: str, *parts: str) -> str:
+    # Checked here too: a name such as ".." would otherwise change which URL is requested.
+    problem = name_problem(name)
+    if problem is not None:
+        raise PlatformAPIError(problem, code="VALIDATION", details={"name": name})
+    return "/".join(["/api/datasets", quote(name, safe=""), *parts])
+
+
+class _FileChanged(Exception):
+    """The file being uploaded is shorter than when it was measured."""
+
+
+def _file_chunks(path: Path, size: int, chunk_size: int) -> Iterator[bytes]:
+    """Exactly `size` bytes of `path`, a chunk at a time (never the whole file in memory)."""
+    remaining = size
+    with path.open("rb") as handle:
+        while remaining > 0:
+            block = handle.read(min(chunk_size, remaining))
+            if not block:
+                raise _FileChanged(f"it ended after {size - remaining:,} of {size:,} bytes")
+            remaining -= len(block)
+            yield block
+
+
+def _run_path(run: str, *parts: str) -> str:
+    return "/".join(["/api/eval-runs", quote(run, safe=""), *parts])
 
 
 def _api_error(response: httpx.Response) -> PlatformAPIError:

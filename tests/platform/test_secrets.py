@@ -86,6 +86,21 @@ def test_set_and_list_show_names_and_scopes_never_values(running_platform, share
         assert not any(value in text for value in VALUES)
 
 
+def test_list_pages_with_limit_and_all(running_platform, tmp_path):
+    tree = make_repo(tmp_path)
+    env = {**running_platform.env, "V": SHARED_VALUE}
+    for name in ("A_KEY", "B_KEY", "C_KEY"):
+        cli_json("secret", "set", name, "--env", "V", env=env, cwd=tree)
+    first = cli_json("secret", "list", "--limit", "2", env=env, cwd=tree)
+    assert [item["name"] for item in first["items"]] == ["A_KEY", "B_KEY"]
+    assert (first["total_count"], first["has_more"], first["next_offset"]) == (3, True, 2)
+    everything = cli_json("secret", "list", "--all", env=env, cwd=tree)
+    assert [item["name"] for item in everything["items"]] == ["A_KEY", "B_KEY", "C_KEY"]
+    assert everything["has_more"] is False and everything["next_offset"] is None
+    too_many = cli("--json", "secret", "list", "--limit", "51", env=env, cwd=tree)
+    assert too_many.returncode == 2 and "--limit" in json.loads(too_many.stderr)["error"]["message"]
+
+
 @pytest.mark.slow
 def test_values_are_never_read_from_argv_or_without_a_terminal(running_platform, shared_tree):
     error = cli_error("secret", "set", "NEW_KEY", env=running_platform.env, cwd=shared_tree)
@@ -288,9 +303,9 @@ def test_the_secret_tables_compile_for_postgresql_with_partial_unique_indexes(lo
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.schema import CreateIndex
 
-    from osmosis.platform.db.migrate import current_revision
+    from osmosis.platform.db.migrate import current_revision, head_revision
 
-    assert current_revision(local_platform.app.state.engine) == "0002"
+    assert current_revision(local_platform.app.state.engine) == head_revision()
     indexes = {
         index.name: str(CreateIndex(index).compile(dialect=postgresql.dialect()))
         for index in Secret.__table__.indexes

@@ -1,4 +1,4 @@
-"""`osmosis eval`: evaluate a rollout locally (`run`); platform commands join it later."""
+"""`osmosis eval`: evaluate a rollout locally (`run`) or on the platform (`submit`, ...)."""
 
 from __future__ import annotations
 
@@ -236,5 +236,15 @@ def _register_rubric() -> None:
 
 
 _register_rubric()
+
+
+def _register_platform() -> None:
+    # submit/list/info/logs/stop/retry/download: evaluation runs on the platform.
+    from osmosis.cli import eval_platform
+
+    eval_platform.register(app)
+
+
+_register_platform()
 
 __all__ = ["app", "results_table"]

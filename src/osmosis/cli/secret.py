@@ -119,20 +119,32 @@ def set_secret(
 @app.command("list")
 def list_secrets(
     scope: ListScope = typer.Option(ListScope.all, "--scope", help="Which secrets to list."),
+    limit: int = typer.Option(50, "--limit", min=1, max=50, help="Secrets to show (1-50)."),
+    everything: bool = typer.Option(False, "--all", help="Every secret, page after page."),
 ) -> None:
     """List secret names (never values) visible to you in this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
+    from osmosis.cli.paging import collect
     from osmosis.cli.workspace import current_workspace, git_context
 
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
-        page = client.list_secrets(git=workspace.identity, scope=scope.value)
+        page = collect(
+            lambda limit, offset: client.list_secrets(
+                git=workspace.identity, scope=scope.value, limit=limit, offset=offset
+            ),
+            items=lambda page: page.secrets,
+            limit=limit,
+            everything=everything,
+        )
     output().listing(
-        [_row(secret) for secret in page.secrets],
+        [_row(secret) for secret in page.items],
         columns=["name", "scope", "updated_at", "updated_by"],
         title=f"Secrets of {workspace.identity}",
         total_count=page.total_count,
+        has_more=page.has_more,
+        next_offset=page.next_offset,
         context=git_context(workspace, client.base_url),
     )
 
@@ -147,6 +159,7 @@ def delete_secret(
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
+    from osmosis.cli.paging import MAX_PAGE, collect
     from osmosis.cli.workspace import current_workspace, git_context
 
     out = output()
@@ -154,7 +167,14 @@ def delete_secret(
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
         # Check before asking: a typo should fail at once, with a hint to the other scope.
-        visible = client.list_secrets(git=workspace.identity, scope="all").secrets
+        visible = collect(
+            lambda limit, offset: client.list_secrets(
+                git=workspace.identity, limit=limit, offset=offset
+            ),
+            items=lambda page: page.secrets,
+            limit=MAX_PAGE,
+            everything=True,
+        ).items
         wire = "user" if scope is Scope.personal else "workspace"
         if not any(s.name == name and s.scope == wire for s in visible):
             other = Scope.workspace if scope is Scope.personal else Scope.personal

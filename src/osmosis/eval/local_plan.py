@@ -56,6 +56,9 @@ class LocalRunOptions:
     retry_failed: bool = False
     max_in_flight: int | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    env_cache: Path | None = None
+    """Where rollout venvs are cached; default `<workspace>/.osmosis/envs`. The platform
+    points every run's checkout at one shared cache."""
 
 
 @dataclass(frozen=True)

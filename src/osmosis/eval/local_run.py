@@ -140,9 +140,8 @@ async def _dispatch(
     evaluation = plan.config.evaluation
     artifact_root = plan.run_dir / "rollout_trials"
     log = _tee(run, reporter)
-    environment = prepare_environment(
-        plan.rollout_dir, cache_root=plan.workspace / ".osmosis" / "envs", log=log
-    )
+    cache_root = plan.options.env_cache or plan.workspace / ".osmosis" / "envs"
+    environment = prepare_environment(plan.rollout_dir, cache_root=cache_root, log=log)
     async with contextlib.AsyncExitStack() as stack:
         bridge = await stack.enter_async_context(_policy(plan, redactor, log, bridge_token))
         reporter.stage(f"starting rollout server ({plan.config.experiment.entrypoint})")

@@ -18,16 +18,19 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis._version import __version__
-from osmosis.platform.api import admin, auth, health, secrets, workspaces
+from osmosis.platform.api import admin, auth, datasets, eval_runs, health, secrets, workspaces
 from osmosis.platform.bootstrap import bootstrap
 from osmosis.platform.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
+from osmosis.platform.datasets import recover_interrupted
 from osmosis.platform.db import make_engine, make_session_factory, upgrade
 from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
 from osmosis.platform.deps import current_token
 from osmosis.platform.errors import install_error_handling
+from osmosis.platform.scheduler import Scheduler
 from osmosis.platform.schemas import ErrorBody
 from osmosis.platform.secrets import check_key as check_secret_key
 from osmosis.platform.settings import Settings
+from osmosis.platform.web import install_dashboard
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
@@ -56,6 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
         ) from None
     sessions = make_session_factory(engine)
     bootstrap(sessions, settings)
+    recover_interrupted(sessions, settings)  # uploads a crash cut short end `error`
     try:
         secret_box = _secret_box(sessions, settings)
     except SecretKeyError:
@@ -64,7 +68,11 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
+        await scheduler.start()  # evaluation runs execute only while the server serves
+        try:
+            yield
+        finally:
+            await scheduler.close()
         engine.dispose()
 
     app = FastAPI(
@@ -77,13 +85,22 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = sessions
     app.state.secret_box = secret_box
+    app.state.scheduler = scheduler = Scheduler(sessions, settings)
     install_error_handling(app)
 
     app.include_router(health.router)
     # Every other router is mounted behind the token check: a route added later cannot
     # forget it. Routes that also need the user use `CurrentUser`; FastAPI caches the lookup.
-    for router in (auth.router, admin.router, workspaces.router, secrets.router):
+    for router in (
+        auth.router,
+        admin.router,
+        workspaces.router,
+        secrets.router,
+        datasets.router,
+        eval_runs.router,
+    ):
         app.include_router(router, dependencies=[Depends(current_token)], responses=_ERRORS)
+    install_dashboard(app)  # the HTML pages at /, signed in with the same tokens
     return app
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -119,13 +119,36 @@ def set_secret(
 
 
 def list_secrets(
-    db: Session, *, workspace: Workspace, user: User, scope: Scope | Literal["all"]
+    db: Session,
+    *,
+    workspace: Workspace,
+    user: User,
+    scope: Scope | Literal["all"],
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[Secret]:
-    """The secrets `user` may see in `workspace` (metadata only), by name then scope."""
-    query = select(Secret).where(_visible(workspace_id=workspace.id, user_id=user.id))
+    """The secrets `user` may see in `workspace` (metadata only), by name then scope; one
+    page of them when `limit` is given."""
+    query = select(Secret).where(*_listed(workspace=workspace, user=user, scope=scope))
+    query = query.order_by(Secret.name, Secret.scope).offset(offset).limit(limit)
+    return list(db.scalars(query))
+
+
+def count_secrets(
+    db: Session, *, workspace: Workspace, user: User, scope: Scope | Literal["all"]
+) -> int:
+    """How many secrets `list_secrets` would return without a limit."""
+    where = _listed(workspace=workspace, user=user, scope=scope)
+    return db.scalar(select(func.count()).select_from(Secret).where(*where)) or 0
+
+
+def _listed(
+    *, workspace: Workspace, user: User, scope: Scope | Literal["all"]
+) -> list[ColumnElement[bool]]:
+    where = [_visible(workspace_id=workspace.id, user_id=user.id)]
     if scope != "all":
-        query = query.where(Secret.scope == scope)
-    return list(db.scalars(query.order_by(Secret.name, Secret.scope)))
+        where.append(Secret.scope == scope)
+    return where
 
 
 def delete_secret(

@@ -17,6 +17,8 @@ from osmosis.platform.schemas import SecretCreate, SecretList, SecretPublic, Sec
 
 router = APIRouter(prefix="/api/secrets", tags=["secrets"])
 
+MAX_PAGE = 50
+
 NamePath = Annotated[
     str, Path(min_length=1, max_length=255, description="A secret name, e.g. OPENAI_API_KEY.")
 ]
@@ -46,13 +48,22 @@ def list_secrets(
     user: CurrentUser,
     workspace: CurrentWorkspace,
     scope: Annotated[Literal["all", SecretScopeIn], Query()] = "all",
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> SecretList:
-    """Names and metadata of the workspace's secrets and the caller's personal ones."""
+    """Names and metadata of the workspace's secrets and the caller's personal ones, a page
+    at a time."""
     wanted = "all" if scope == "all" else secrets.parse_scope(scope)
-    rows = secrets.list_secrets(db, workspace=workspace, user=user, scope=wanted)
+    rows = secrets.list_secrets(
+        db, workspace=workspace, user=user, scope=wanted, limit=limit, offset=offset
+    )
+    total = secrets.count_secrets(db, workspace=workspace, user=user, scope=wanted)
+    has_more = offset + len(rows) < total
     return SecretList(
         secrets=[_public(row) for row in rows],
-        total_count=len(rows),
+        total_count=total,
+        has_more=has_more,
+        next_offset=offset + len(rows) if has_more else None,
         workspace=workspace.identity,
     )
 

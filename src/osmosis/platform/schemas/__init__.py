@@ -173,4 +173,6 @@ class SecretPublic(_Model):
 class SecretList(_Model):
     secrets: list[SecretPublic]
     total_count: int
+    has_more: bool = False
+    next_offset: int | None = None
     workspace: str

@@ -1,0 +1,476 @@
+"""`osmosis eval submit`: check a config locally, resolve its secrets, and start a platform run.
+
+    osmosis eval submit configs/eval/smoke.toml --secrets-file .secrets
+
+Before anything is sent: the config must sit under `configs/eval/` of this git workspace and
+pass every rule, the entrypoint is imported once in a child process (best effort), the commit
+is resolved (`osmosis.git_state`), and each `[secrets].required` name is found in the secrets
+file, the environment, the platform's store, or a hidden prompt. A summary is confirmed, then
+`EvalRunCreate` is posted: config values come from the local file, code from git.
+
+Typer only at module level; everything else is imported inside the command bodies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from osmosis.cli.eval_platform import SecretsFileOption, YesOption
+
+if TYPE_CHECKING:
+    from osmosis.cli.output import Output
+    from osmosis.client import PlatformClient
+    from osmosis.eval.config import EvalConfig, Issue
+    from osmosis.workspace import Workspace
+
+PREFLIGHT_TIMEOUT_S = 60  # an entrypoint that serves at import time would never return
+
+
+# -- secrets ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SecretChoice:
+    """Where one required secret comes from: `scope` as the summary labels it, `source`."""
+
+    name: str
+    scope: str
+    source: str
+
+
+def read_secrets_file(value: str | None) -> dict[str, str]:
+    """`--secrets-file PATH|-` as a mapping (empty when not given)."""
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.secrets import SecretsError, parse_dotenv, read_dotenv
+
+    if value is None:
+        return {}
+    try:
+        if value == "-":
+            return parse_dotenv(sys.stdin.read(), source="<stdin>")
+        return read_dotenv(Path(value))
+    except SecretsError as error:
+        raise CLIError(
+            f"--secrets-file: {error}",
+            details={"file": value, "problems": error.problems},
+            hint="one NAME=value per line; '#' starts a comment",
+        ) from None
+
+
+def _stored_label(scopes: set[str]) -> str:
+    if {"user", "workspace"} <= scopes:
+        return "Personal (overrides workspace)"
+    return "Personal" if "user" in scopes else "Workspace"
+
+
+def resolve_run_secrets(
+    required: Sequence[str],
+    *,
+    file_values: Mapping[str, str],
+    environ: Mapping[str, str],
+    stored: Callable[[], Mapping[str, set[str]]],
+    prompt: Callable[[str], str] | None,
+) -> tuple[dict[str, str], list[SecretChoice]]:
+    """Values to send and where each required secret comes from; first hit wins:
+    the secrets file, a non-empty environment variable, a secret stored on the platform (then
+    nothing is sent), a hidden prompt (only when `prompt` is given).
+
+    Every name still unresolved is reported at once, as INTERACTIVE_REQUIRED.
+    """
+    from osmosis.cli.output import CLIError
+
+    provided: dict[str, str] = {}
+    choices: dict[str, SecretChoice] = {}
+    for name in required:
+        if file_values.get(name):
+            provided[name] = file_values[name]
+            choices[name] = SecretChoice(name, "Run", "secrets file")
+        elif environ.get(name):
+            provided[name] = environ[name]
+            choices[name] = SecretChoice(name, "Run", "environment")
+    if len(choices) < len(required):
+        on_platform = stored()
+        for name in required:
+            if name not in choices and on_platform.get(name):
+                choices[name] = SecretChoice(name, _stored_label(on_platform[name]), "platform")
+    if prompt is not None:
+        for name in required:
+            if name not in choices:
+                value = prompt(name)
+                if value:
+                    provided[name] = value
+                    choices[name] = SecretChoice(name, "Run", "prompt")
+    missing = [name for name in required if name not in choices]
+    if missing:
+        raise CLIError(
+            f"required secret(s) not provided: {', '.join(missing)} (not in --secrets-file, "
+            "the environment, or stored on the platform)",
+            code="INTERACTIVE_REQUIRED",
+            details={"missing": missing, "flags": ["--secrets-file"]},
+            hint=f"pass --secrets-file FILE with NAME=value lines, export them, or store them: "
+            f"osmosis secret set {missing[0]} (personal; add --scope workspace to share it)",
+        )
+    return provided, [choices[name] for name in required]
+
+
+def _stored_secrets(client: PlatformClient, git: str) -> Callable[[], Mapping[str, set[str]]]:
+    def load() -> Mapping[str, set[str]]:
+        from osmosis.cli.credentials import platform_errors
+        from osmosis.cli.paging import MAX_PAGE, collect
+
+        scopes: dict[str, set[str]] = {}
+        with platform_errors():
+            stored = collect(
+                lambda limit, offset: client.list_secrets(git=git, limit=limit, offset=offset),
+                items=lambda page: page.secrets,
+                limit=MAX_PAGE,
+                everything=True,
+            )
+        for secret in stored.items:
+            scopes.setdefault(secret.name, set()).add(secret.scope)
+        return scopes
+
+    return load
+
+
+def secret_prompt(out: Output) -> Callable[[str], str] | None:
+    if not out.interactive:
+        return None
+    return lambda name: str(
+        typer.prompt(
+            f"Value for {name} (used for this run only)",
+            hide_input=True,
+            default="",
+            show_default=False,
+        )
+    )
+
+
+def _submit_hint(error: Any, dataset: str) -> None:
+    """Refusals users fix themselves get the fix as their hint: a secret to store, a dataset
+    to upload."""
+    missing = error.details.get("missing")
+    if error.code == "NOT_FOUND" and missing:
+        error.hint = (
+            f"osmosis secret set {missing[0]}  (secrets default to personal scope; add "
+            "--scope workspace to share one), or pass --secrets-file"
+        )
+    elif error.code in {"NOT_FOUND", "CONFLICT"} and dataset in error.message:
+        error.hint = (
+            f"osmosis dataset upload data/{dataset}.jsonl (or .csv/.parquet), then wait until "
+            f"`osmosis dataset info {dataset}` says uploaded"
+        )
+
+
+# -- submit ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _LoadedConfig:
+    config: EvalConfig
+    text: str
+    relative_path: str
+
+
+def _missing_files(path: Path, top: Path) -> list[Issue]:
+    """`rollouts/<rollout>/` and its entrypoint must exist in the work tree."""
+    import tomllib
+
+    from osmosis.eval.config import Issue
+    from osmosis.eval.config_checks import LineIndex
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        experiment = tomllib.loads(text).get("experiment", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []  # already reported by the loader
+    rollout, entrypoint = experiment.get("rollout"), experiment.get("entrypoint")
+    if not isinstance(rollout, str) or not rollout:
+        return []
+    lines = LineIndex(text)
+    if not (top / "rollouts" / rollout).is_dir():
+        return [
+            Issue(
+                lines.line_of("experiment", "rollout"),
+                "experiment.rollout",
+                f"rollouts/{rollout}/ does not exist in the workspace",
+            )
+        ]
+    if isinstance(entrypoint, str) and not (top / "rollouts" / rollout / entrypoint).is_file():
+        return [
+            Issue(
+                lines.line_of("experiment", "entrypoint"),
+                "experiment.entrypoint",
+                f"rollouts/{rollout}/{entrypoint} does not exist in the workspace",
+            )
+        ]
+    return []
+
+
+def _load_config(config_path: Path, workspace: Workspace) -> _LoadedConfig:
+    """Location, TOML rules, rollout directory and entrypoint: every problem at once."""
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.config import ConfigError, check_config_location, load_eval_config
+
+    path = config_path.resolve()
+    top = workspace.directory.resolve()
+    issues: list[Issue] = []
+    try:
+        check_config_location(path, workspace_root=top)
+    except ConfigError as error:
+        issues += error.issues
+    config = None
+    try:
+        config = load_eval_config(path, workspace_root=top)
+    except ConfigError as error:
+        issues += error.issues
+    # Missing files are reported with the rule violations, not after they are fixed.
+    reported = {issue.key for issue in issues}
+    if not reported & {"experiment.rollout", "experiment.entrypoint"}:
+        issues += _missing_files(path, top)
+    if issues or config is None:
+        problems = ConfigError(config_path, issues)
+        raise CLIError(
+            str(problems),
+            details=problems.details(),
+            hint=f"eval configs live under {top / 'configs' / 'eval'}/",
+        )
+    relative = path.relative_to(top).as_posix() if path.is_relative_to(top) else str(path)
+    return _LoadedConfig(config, path.read_text(encoding="utf-8"), relative)
+
+
+_PREFLIGHT = """
+import json, runpy, sys, traceback
+entrypoint, rollout_dir, result = sys.argv[1:4]
+sys.path.insert(0, rollout_dir)
+outcome = {"ok": True}
+try:
+    runpy.run_path(entrypoint, run_name="__osmosis_preflight__")
+except SystemExit as error:
+    if error.code not in (None, 0):
+        outcome = {"ok": False, "missing_module": False, "last": f"SystemExit: {error.code}"}
+except BaseException as error:
+    outcome = {
+        "ok": False,
+        "missing_module": isinstance(error, ModuleNotFoundError),
+        "last": traceback.format_exception_only(type(error), error)[-1].strip(),
+    }
+with open(result, "w", encoding="utf-8") as handle:
+    json.dump(outcome, handle)
+"""
+
+
+def preflight_import(entrypoint: Path, rollout_dir: Path) -> str | None:
+    """Import the entrypoint in a child process with the rollout directory on sys.path.
+
+    Returns a warning (a module the rollout needs is not installed here, or the import took
+    too long), None when it imported; raises VALIDATION with the traceback's last line when
+    the code itself fails.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    from osmosis.cli.output import CLIError
+
+    with tempfile.TemporaryDirectory(prefix="osmosis-preflight-") as scratch:
+        result_file = Path(scratch) / "result.json"
+        try:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _PREFLIGHT,
+                    str(entrypoint),
+                    str(rollout_dir),
+                    str(result_file),
+                ],
+                cwd=rollout_dir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PREFLIGHT_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return (
+                f"pre-flight import of {entrypoint.name} did not finish in {PREFLIGHT_TIMEOUT_S}s"
+            )
+        try:
+            outcome = json.loads(result_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            outcome = {"ok": False, "missing_module": False, "last": "the interpreter crashed"}
+    if outcome["ok"]:
+        return None
+    where = f"rollouts/{rollout_dir.name}/{entrypoint.relative_to(rollout_dir).as_posix()}"
+    if outcome["missing_module"]:
+        return (
+            f"pre-flight import of {where}: {outcome['last']} (not installed here; the platform "
+            "installs the rollout's own dependencies)"
+        )
+    raise CLIError(
+        f"pre-flight import of {where} failed: {outcome['last']}",
+        details={"entrypoint": where, "error": outcome["last"]},
+        hint=f"run `python {where}` to see the whole traceback",
+    )
+
+
+def _clone_url(workspace: Workspace) -> str:
+    """`origin` as the server can clone it: a relative local path becomes absolute."""
+    url = workspace.remote_url
+    if (
+        workspace.identity.startswith("file://")
+        and "://" not in url
+        and not Path(url).is_absolute()
+    ):
+        return str((workspace.directory / url).resolve())
+    return url
+
+
+def submit_command(
+    config: Path = typer.Argument(..., help="Eval config under configs/eval/ (TOML)."),
+    yes: bool = YesOption,
+    secrets_file: str | None = SecretsFileOption,
+) -> None:
+    """Submit an evaluation run to the platform; it runs the pushed commit of this workspace."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.eval_platform import confirm, envelope_context
+    from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
+    from osmosis.cli.workspace import current_workspace
+    from osmosis.git_state import GitStateError, resolve_git_state
+    from osmosis.platform.schemas.runs import (
+        EvalRunCreate,
+        ExperimentConfigIn,
+        RepositoryRef,
+        RunSecrets,
+    )
+
+    out = output()
+    workspace = current_workspace()
+    loaded = _load_config(config, workspace)
+    cfg = loaded.config
+    experiment = cfg.experiment
+    try:
+        state = resolve_git_state(
+            workspace.directory, branch=experiment.branch, commit_sha=experiment.commit_sha
+        )
+    except GitStateError as error:
+        raise CLIError(error.message, hint=error.hint or None) from None
+    warnings = list(state.warnings)
+    top = workspace.directory.resolve()
+    problem = preflight_import(cfg.entrypoint_path(top), cfg.rollout_dir(top))
+    if problem:
+        warnings.append(problem)
+    file_values = read_secrets_file(secrets_file)
+
+    with open_client(None) as client:
+        provided, choices = resolve_run_secrets(
+            cfg.secrets.required,
+            file_values=file_values,
+            environ=os.environ,
+            stored=_stored_secrets(client, workspace.identity),
+            prompt=secret_prompt(out),
+        )
+        summary = {
+            "Workspace": workspace.identity,
+            "Rollout": experiment.rollout,
+            "Entrypoint": experiment.entrypoint,
+            "Model": experiment.model_path,
+            "Dataset": experiment.dataset,
+            "Branch": state.branch or "-",
+            "Commit": state.commit_sha[:7],
+        }
+        secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
+        _show_submit_summary(out, summary, cfg.env, secrets, warnings)
+        confirm(
+            out,
+            f"Submit {experiment.rollout} x {experiment.model_path} on {experiment.dataset}?",
+            yes=yes,
+            default=True,
+            details={"summary": summary, "env": cfg.env, "secrets": secrets, "warnings": warnings},
+        )
+        evaluation = cfg.evaluation
+        body = EvalRunCreate(
+            experiment_config=ExperimentConfigIn(**experiment.model_dump(exclude_none=True)),
+            evaluation_config=evaluation.model_dump(include=set(evaluation.model_fields_set)),
+            env_config=dict(cfg.env),
+            advanced_config=dict(cfg.advanced),
+            secrets=RunSecrets(required=list(cfg.secrets.required), provided=provided),
+            config_path=loaded.relative_path,
+            config_toml=loaded.text,
+            repository=RepositoryRef(
+                origin_url=_clone_url(workspace), commit_sha=state.commit_sha, branch=state.branch
+            ),
+        )
+        try:
+            with platform_errors():
+                created = client.submit_eval_run(git=workspace.identity, body=body)
+        except CLIError as error:
+            _submit_hint(error, experiment.dataset)
+            raise
+        context = envelope_context(workspace, client)
+    resource = {
+        "id": created.id,
+        "name": created.name,
+        "status": created.status,
+        "model_name": experiment.model_path,
+        "dataset_name": experiment.dataset,
+        "created_at": created.created_at.isoformat(),
+        "config": {
+            "rollout": experiment.rollout,
+            "entrypoint": experiment.entrypoint,
+            "model": experiment.model_path,
+            "dataset": experiment.dataset,
+            "branch": state.branch,
+            "commit_sha": state.commit_sha,
+        },
+        "warnings": warnings,
+        **context,
+    }
+    if out.mode.value != "json":
+        out.detail(
+            {
+                "Name": created.name,
+                "Status": created.status,
+                "Rollout": experiment.rollout,
+                "Model": experiment.model_path,
+                "Dataset": experiment.dataset,
+            },
+            title="Submitted",
+        )
+    out.operation(
+        "eval.submit",
+        message=f"Submitted evaluation run {created.name}. Next: osmosis eval info "
+        f"{created.name}  ·  osmosis eval list",
+        resource=resource,
+        next_steps=[{"action": "eval_info", "name": created.name}, {"action": "eval_list"}],
+    )
+
+
+def _show_submit_summary(
+    out: Output,
+    summary: Mapping[str, Any],
+    env: Mapping[str, str],
+    secrets: Sequence[Mapping[str, str]],
+    warnings: Sequence[str],
+) -> None:
+    if out.mode.value == "json":
+        return
+    out.detail(summary, title="osmosis eval submit")
+    if env:
+        out.listing(
+            [{"name": k, "value": v} for k, v in env.items()],
+            columns=["name", "value"],
+            title="Environment",
+        )
+    if secrets:
+        out.listing(secrets, columns=["name", "scope", "source"], title="Secrets")
+    for warning in warnings:
+        out.warn(warning)
+    out.info(
+        "Push before submitting: the platform checks out the commit above from origin; "
+        "config values come from this local file."
+    )

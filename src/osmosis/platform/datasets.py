@@ -1,0 +1,493 @@
+"""Store functions for datasets: upload, validate, look up, page through, and recover.
+
+An upload is one streamed request. Its version goes `uploading` (bytes arriving) →
+`processing` (all bytes received, size and SHA-256 verified, blob stored) → `uploaded` (the
+server-side validation passed) or `error` (see `dataset_logs`). Versions are never changed once
+`uploaded`; an overwrite adds a version, so a run keeps the exact bytes it was given.
+
+    version = start_upload(db, workspace=ws, user=ada, file_name="qa.jsonl", size=n,
+                           sha256=digest, overwrite=False, max_bytes=settings.max_upload_bytes)
+    await receive_upload(db, chunks, store=store, version=version)
+    find_ready_version(db, workspace=ws, name="qa")  # the newest uploaded version
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+
+from osmosis.platform.blobs import BlobMismatch, BlobStore
+from osmosis.platform.db.dataset_models import Dataset, DatasetLog, DatasetVersion
+from osmosis.platform.db.models import User, Workspace, utcnow
+from osmosis.platform.errors import Conflict, NotFound, PlatformError, ValidationFailed
+from osmosis.platform.schemas.datasets import MAX_LOG_PAGE, MAX_PAGE, PREVIEW_ROWS, name_problem
+from osmosis.platform.settings import Settings
+
+NAMESPACE = "datasets"
+FORMATS = ("csv", "jsonl", "parquet")
+IN_PROGRESS = ("uploading", "processing")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+# Disk writes go to a worker thread in batches of this size, not once per network chunk.
+_WRITE_BATCH = 1 << 20
+
+
+class PayloadTooLarge(PlatformError):
+    code = "PAYLOAD_TOO_LARGE"
+    status_code = 413
+
+
+class BlobMissing(PlatformError):
+    """The database names content that is not on disk: the blob directory was tampered with."""
+
+    code = "INTERNAL"
+    status_code = 500
+
+
+class UploadInterrupted(Exception):
+    """The client went away before sending the whole body."""
+
+
+# -- names -----------------------------------------------------------------------------------
+def check_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem is not None:
+        raise ValidationFailed(problem, details={"name": name[:300], "field": "name"})
+    return name
+
+
+def parse_file_name(file_name: str) -> tuple[str, str]:
+    """`("qa", "jsonl")` for "qa.jsonl": the dataset name (the stem) and the format."""
+    stem, dot, extension = file_name.rpartition(".")
+    if not dot:
+        stem, extension = file_name, ""
+    # The whole file name must be a safe stem too: it is echoed into download file names.
+    check_name(file_name)
+    check_name(stem)
+    if extension.lower() not in FORMATS:
+        shown = f"'.{extension}'" if extension else "(none)"
+        raise ValidationFailed(
+            f"Unsupported file type {shown}. Supported: {', '.join(FORMATS)}",
+            details={"file_name": file_name, "field": "file_name"},
+        )
+    return stem, extension.lower()
+
+
+# -- logs ------------------------------------------------------------------------------------
+def log(
+    db: Session, *, version: DatasetVersion, step: str, message: str, level: str = "info"
+) -> None:
+    db.add(
+        DatasetLog(
+            version_id=version.id, created_at=utcnow(), level=level, step=step, message=message
+        )
+    )
+
+
+def _fail(db: Session, *, version: DatasetVersion, step: str, message: str) -> None:
+    version.status = "error"
+    version.error = message
+    version.updated_at = utcnow()
+    log(db, version=version, step=step, message=message, level="error")
+    db.commit()
+
+
+# -- upload ----------------------------------------------------------------------------------
+def start_upload(
+    db: Session,
+    *,
+    workspace: Workspace,
+    user: User,
+    file_name: str,
+    size: int,
+    sha256: str,
+    overwrite: bool,
+    max_bytes: int,
+) -> DatasetVersion:
+    """Record a new version in `uploading`, creating the dataset on its first upload.
+
+    A name that already holds data (a version uploaded or in progress) is a `Conflict` with
+    `details.existing_dataset_id`, unless `overwrite`. A name whose every upload failed is
+    free: there is nothing to replace.
+    """
+    name, kind = parse_file_name(file_name)
+    if size <= 0:
+        raise ValidationFailed("File is empty", details={"file_name": file_name, "size": size})
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"{file_name} is {size:,} bytes; this platform accepts at most {max_bytes:,}",
+            details={"size": size, "max_upload_bytes": max_bytes},
+        )
+    if not _SHA256.match(sha256):
+        raise ValidationFailed(
+            "sha256 must be 64 hexadecimal characters", details={"field": "sha256"}
+        )
+    dataset = _find(db, workspace=workspace, name=name)
+    if dataset is None:
+        dataset = Dataset(
+            workspace_id=workspace.id, name=name, created_by=user.id, created_at=utcnow()
+        )
+        db.add(dataset)
+        number = 1
+    else:
+        live = [v for v in dataset.versions if v.status != "error"]
+        if live and not overwrite:
+            raise Conflict(
+                f"dataset {name} already exists in this workspace; use --overwrite to upload "
+                "a new version",
+                details={"existing_dataset_id": dataset.id, "name": name},
+            )
+        number = max(v.version for v in dataset.versions) + 1
+    now = utcnow()
+    version = DatasetVersion(
+        dataset=dataset,
+        version=number,
+        status="uploading",
+        file_name=file_name,
+        format=kind,
+        size_bytes=size,
+        sha256=sha256.lower(),
+        created_by=user.id,
+        created_at=now,
+        updated_at=now,
+    )
+    db.add(version)
+    try:
+        db.flush()
+    except IntegrityError:  # the same name or version created by a concurrent upload
+        db.rollback()
+        raise Conflict(f"dataset {name} is being uploaded concurrently; try again") from None
+    log(
+        db,
+        version=version,
+        step="upload",
+        message=f"upload of {file_name} started by {user.name}: {size:,} bytes, "
+        f"sha256 {version.sha256}",
+    )
+    db.commit()
+    return version
+
+
+async def receive_upload(
+    db: Session, chunks: AsyncIterator[bytes], *, store: BlobStore, version: DatasetVersion
+) -> DatasetVersion:
+    """Stream the body into the blob store, verify it, validate it, and finish the version.
+
+    Never holds the body in memory. A short, long or corrupted body, a client that goes away
+    and an invalid dataset each leave the version `error` with a log line; the first three
+    raise `ValidationFailed` (or `UploadInterrupted`), an invalid dataset raises
+    `ValidationFailed` naming its problems. On success the version is `uploaded`.
+    """
+    writer = await run_in_threadpool(store.writer, NAMESPACE, extension=version.format)
+    expected = version.size_bytes
+    received = 0
+    try:
+        buffer = bytearray()
+        async for chunk in chunks:
+            received += len(chunk)
+            if received > expected:
+                message = f"the body is larger than the declared {expected:,} bytes"
+                await run_in_threadpool(_fail, db, version=version, step="verify", message=message)
+                raise ValidationFailed(message, details=_where(version))
+            buffer += chunk
+            if len(buffer) >= _WRITE_BATCH:
+                await run_in_threadpool(writer.write, bytes(buffer))
+                buffer.clear()
+        await run_in_threadpool(writer.write, bytes(buffer))
+        path = await run_in_threadpool(writer.commit, size=expected, sha256=version.sha256)
+    except UploadInterrupted:
+        message = f"the upload was interrupted after {received:,} of {expected:,} bytes"
+        await run_in_threadpool(_fail, db, version=version, step="upload", message=message)
+        raise
+    except BlobMismatch as error:
+        message = f"the upload does not match what the client declared: {error}"
+        await run_in_threadpool(_fail, db, version=version, step="verify", message=message)
+        raise ValidationFailed(message, details=_where(version)) from None
+    finally:
+        writer.discard()  # no-op after a commit; otherwise the partial file goes
+    return await run_in_threadpool(_process, db, store=store, version=version, path=path)
+
+
+def _where(version: DatasetVersion) -> dict[str, Any]:
+    return {
+        "dataset_id": version.dataset_id,
+        "name": version.dataset.name,
+        "version": version.version,
+        "status": version.status,
+    }
+
+
+@dataclass(frozen=True)
+class _Inspection:
+    rows: int
+    columns: list[str]
+    mode: str
+    preview: list[dict[str, Any]]
+    warnings: tuple[str, ...]
+
+
+def _process(
+    db: Session, *, store: BlobStore, version: DatasetVersion, path: Path
+) -> DatasetVersion:
+    """Validate the stored blob with the same validator as the CLI, then finish the version."""
+    from osmosis.eval.dataset import DatasetError
+
+    version.status = "processing"
+    version.updated_at = utcnow()
+    log(db, version=version, step="verify", message="all bytes received; size and sha256 match")
+    db.commit()
+    try:
+        found = _inspect(path)
+    except DatasetError as error:
+        problems = [problem.format(version.file_name) for problem in error.problems]
+        more = error.total - len(error.problems)
+        summary = f"{error.total} problem{'s' if error.total != 1 else ''}: " + "; ".join(problems)
+        if more:
+            summary += f"; ... and {more} more"
+        for line in problems:
+            log(db, version=version, step="validate", message=line, level="error")
+        _fail(db, version=version, step="validate", message=f"invalid dataset ({summary})")
+        _drop_blob_if_unused(db, store=store, version=version)
+        raise ValidationFailed(
+            f"{version.file_name} is not a valid dataset ({summary})",
+            details={
+                **_where(version),
+                "problems": [problem.as_dict() for problem in error.problems],
+                "total_problems": error.total,
+            },
+        ) from None
+    for warning in found.warnings:
+        log(db, version=version, step="validate", message=warning, level="warning")
+    version.rows = found.rows
+    version.columns = json.dumps(found.columns)
+    version.mode = found.mode
+    version.preview = json.dumps(found.preview, default=str)
+    version.status = "uploaded"
+    version.updated_at = utcnow()
+    log(
+        db,
+        version=version,
+        step="validate",
+        message=f"valid {found.mode}-mode dataset: {found.rows:,} rows, columns "
+        f"{', '.join(found.columns)}",
+    )
+    db.commit()
+    return version
+
+
+def _inspect(path: Path) -> _Inspection:
+    from osmosis.eval.dataset import validate_dataset
+    from osmosis.eval.dataset_formats import open_records
+
+    info = validate_dataset(path)
+    reader = open_records(path)
+    preview: list[dict[str, Any]] = []
+    try:
+        for record in reader:
+            preview.append(dict(record.fields or {}))
+            if len(preview) >= PREVIEW_ROWS:
+                break
+    finally:
+        reader.close()
+    return _Inspection(info.rows, list(info.columns), info.mode, preview, info.warnings)
+
+
+def _drop_blob_if_unused(db: Session, *, store: BlobStore, version: DatasetVersion) -> None:
+    """Invalid content is useless: delete it unless another version still holds the bytes."""
+    others = db.scalar(
+        select(func.count())
+        .select_from(DatasetVersion)
+        .where(
+            DatasetVersion.sha256 == version.sha256,
+            DatasetVersion.format == version.format,
+            DatasetVersion.status != "error",
+        )
+    )
+    if not others:
+        version_path_in(store, version).unlink(missing_ok=True)
+
+
+# -- reading ---------------------------------------------------------------------------------
+def _find(db: Session, *, workspace: Workspace, name: str) -> Dataset | None:
+    return db.scalar(
+        select(Dataset).where(Dataset.workspace_id == workspace.id, Dataset.name == name)
+    )
+
+
+def get_dataset(db: Session, *, workspace: Workspace, name: str) -> Dataset:
+    """The dataset `name` of `workspace`, or `NotFound`."""
+    check_name(name)
+    dataset = _find(db, workspace=workspace, name=name)
+    if dataset is None:
+        raise NotFound(
+            f"no dataset {name} in this workspace",
+            details={"name": name, "hint": "osmosis dataset list shows the names"},
+        )
+    return dataset
+
+
+def get_version(db: Session, *, dataset: Dataset, version: int | None = None) -> DatasetVersion:
+    """Version number `version` of `dataset`, or its newest when None."""
+    if version is None:
+        return dataset.versions[-1]
+    for candidate in dataset.versions:
+        if candidate.version == version:
+            return candidate
+    raise NotFound(
+        f"dataset {dataset.name} has no version {version}",
+        details={"name": dataset.name, "version": version, "versions": len(dataset.versions)},
+    )
+
+
+def require_uploaded(version: DatasetVersion, *, action: str) -> DatasetVersion:
+    """`version` if it is ready; otherwise a `Conflict` saying why `action` must wait."""
+    if version.status == "uploaded":
+        return version
+    name = version.dataset.name
+    if version.status == "error":
+        message = (
+            f"cannot {action} dataset {name}: version {version.version} failed "
+            f"(see `osmosis dataset logs {name}`)"
+        )
+    else:
+        message = (
+            f"cannot {action} dataset {name} yet: version {version.version} is "
+            f"{version.status}; try again once its status is uploaded"
+        )
+    raise Conflict(message, details=_where(version))
+
+
+def find_ready_version(db: Session, *, workspace: Workspace, name: str) -> DatasetVersion:
+    """The newest `uploaded` version of dataset `name`: what a new evaluation run reads.
+
+    `NotFound` when the workspace has no such dataset, `Conflict` when none of its versions is
+    ready (still uploading or processing, or failed).
+
+        version = find_ready_version(db, workspace=ws, name="multiply")
+        path = version_path(settings, version)
+    """
+    dataset = get_dataset(db, workspace=workspace, name=name)
+    for version in reversed(dataset.versions):
+        if version.status == "uploaded":
+            return version
+    return require_uploaded(dataset.versions[-1], action="use")
+
+
+def version_path_in(store: BlobStore, version: DatasetVersion) -> Path:
+    return store.path(NAMESPACE, sha256=version.sha256, extension=version.format)
+
+
+def version_path(settings: Settings, version: DatasetVersion) -> Path:
+    """The blob file holding `version`'s bytes (named `<sha256>.<format>`, so
+    `validate_dataset` and `read_rows` can read it directly)."""
+    return version_path_in(BlobStore(settings.blob_dir), version)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of datasets, each with its newest version and its number of versions."""
+
+    items: list[tuple[DatasetVersion, int]]
+    total_count: int
+    has_more: bool
+    next_offset: int | None
+
+
+def list_datasets(db: Session, *, workspace: Workspace, limit: int, offset: int) -> Page:
+    """Datasets by name, `limit` (1-50) per page from `offset`."""
+    if not 1 <= limit <= MAX_PAGE or offset < 0:
+        raise ValidationFailed(f"limit must be 1-{MAX_PAGE} and offset at least 0")
+    total = db.scalar(
+        select(func.count()).select_from(Dataset).where(Dataset.workspace_id == workspace.id)
+    )
+    newest = (
+        select(
+            DatasetVersion.dataset_id,
+            func.max(DatasetVersion.version).label("number"),
+            func.count().label("count"),
+        )
+        .group_by(DatasetVersion.dataset_id)
+        .subquery()
+    )
+    query = (
+        select(DatasetVersion, newest.c.count)
+        .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+        .join(
+            newest,
+            and_(
+                newest.c.dataset_id == DatasetVersion.dataset_id,
+                newest.c.number == DatasetVersion.version,
+            ),
+        )
+        .where(Dataset.workspace_id == workspace.id)
+        .order_by(Dataset.name, Dataset.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    items = [(version, int(count)) for version, count in db.execute(query).all()]
+    total = int(total or 0)
+    has_more = offset + len(items) < total
+    return Page(items, total, has_more, offset + len(items) if has_more else None)
+
+
+@dataclass(frozen=True)
+class LogPage:
+    entries: list[tuple[DatasetLog, int]]  # (line, version number)
+    next_cursor: str | None
+
+
+def dataset_logs(db: Session, *, dataset: Dataset, limit: int, cursor: str | None) -> LogPage:
+    """Processing logs of every version of `dataset`, oldest first, `limit` (1-200) a page."""
+    if not 1 <= limit <= MAX_LOG_PAGE:
+        raise ValidationFailed(f"limit must be 1-{MAX_LOG_PAGE}")
+    after = 0
+    if cursor:
+        if not cursor.isdigit():
+            raise ValidationFailed(
+                "cursor must be a next_cursor value from an earlier page",
+                details={"cursor": cursor[:64]},
+            )
+        after = int(cursor)
+    query = (
+        select(DatasetLog, DatasetVersion.version)
+        .join(DatasetVersion, DatasetVersion.id == DatasetLog.version_id)
+        .where(DatasetVersion.dataset_id == dataset.id, DatasetLog.id > after)
+        .order_by(DatasetLog.id)
+        .limit(limit + 1)
+    )
+    rows = [(line, int(number)) for line, number in db.execute(query).all()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return LogPage(rows, str(rows[-1][0].id) if more else None)
+
+
+# -- start-up ----------------------------------------------------------------------------------
+def recover_interrupted(sessions: sessionmaker[Session], settings: Settings) -> int:
+    """Fail every version a previous server left `uploading` or `processing`.
+
+    Such an upload can never finish (its request died with the server), and its partial bytes
+    are swept. Returns how many versions were failed.
+    """
+    store = BlobStore(settings.blob_dir)
+    store.remove_partials(NAMESPACE)
+    with sessions() as db:
+        stuck = list(
+            db.scalars(select(DatasetVersion).where(DatasetVersion.status.in_(IN_PROGRESS)))
+        )
+        for version in stuck:
+            _fail(
+                db,
+                version=version,
+                step="recover",
+                message=f"the server stopped while this version was {version.status}; "
+                "upload the file again",
+            )
+        return len(stuck)

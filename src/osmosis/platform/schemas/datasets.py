@@ -1,0 +1,111 @@
+"""Wire models of the dataset API (`/api/datasets`), shared by the server and the client.
+
+    page = client.list_datasets(git="owner/repo")  # DatasetList
+    page.datasets[0].status  # 'uploaded'
+
+Pydantic only: importing this module pulls in no server code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+DatasetStatus = Literal["uploading", "processing", "uploaded", "error"]
+DatasetFormat = Literal["csv", "jsonl", "parquet"]
+
+MAX_PAGE = 50
+"""Largest page of `GET /api/datasets`."""
+MAX_LOG_PAGE = 200
+"""Largest page of `GET /api/datasets/{name}/logs`."""
+PREVIEW_ROWS = 20
+"""Rows kept for `preview`; `rows` may ask for 1 to this many."""
+DEFAULT_PREVIEW_ROWS = 5
+
+NAME_MAX = 200
+# Headers of the download response: what the bytes must hash to, and which version they are.
+SHA256_HEADER = "X-Osmosis-Sha256"
+VERSION_HEADER = "X-Osmosis-Dataset-Version"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a dataset name, or None when it can.
+
+    A name is a file stem and becomes part of file names on both ends, so nothing that could
+    climb out of a directory is allowed.
+
+    >>> name_problem(".env")
+    'a dataset name cannot start with a dot'
+    """
+    if not name:
+        return "a dataset name cannot be empty"
+    if "/" in name or "\\" in name:
+        return "a dataset name is a file stem: it cannot contain / or \\"
+    if not name.isprintable():
+        return "a dataset name cannot contain NUL or other control characters"
+    if name.startswith("."):
+        return "a dataset name cannot start with a dot"
+    if len(name) > NAME_MAX:
+        return f"a dataset name has at most {NAME_MAX} characters"
+    return None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(from_attributes=True, extra="ignore")
+
+
+class DatasetPublic(_Model):
+    """A dataset as its newest version describes it (`version` picks an older one)."""
+
+    id: str
+    name: str
+    version: int
+    version_id: str
+    version_count: int
+    status: DatasetStatus
+    file_name: str
+    format: DatasetFormat
+    size_bytes: int
+    sha256: str
+    rows: int | None
+    columns: list[str] | None
+    mode: str | None
+    error: str | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DatasetList(_Model):
+    datasets: list[DatasetPublic]
+    total_count: int
+    has_more: bool
+    next_offset: int | None
+
+
+class DatasetPreview(_Model):
+    """The first rows of an uploaded version, as stored columns and values."""
+
+    name: str
+    version: int
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    total_rows: int
+
+
+class DatasetLogPublic(_Model):
+    id: int
+    timestamp: datetime
+    level: str
+    step: str
+    message: str
+    version: int
+
+
+class DatasetLogList(_Model):
+    """Processing logs, oldest first; pass `next_cursor` back as `cursor` for the next page."""
+
+    logs: list[DatasetLogPublic]
+    next_cursor: str | None

@@ -1,0 +1,199 @@
+"""The dashboard's own reads of evaluation runs: the filtered runs list and its filter menus,
+the per-row tallies comparisons need, and the columns live results and the histogram use.
+
+Every query is scoped to the viewer's workspaces, and the list is one LIMIT/OFFSET page plus
+a COUNT. Finding one run and paging its attempts are `osmosis.platform.runs` / `run_views`.
+
+    page = list_runs(db, user=ada, filters=RunFilters(status="running"), limit=25, offset=0)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, case, func, select
+from sqlalchemy.orm import Session
+
+from osmosis.platform.db.models import User, Workspace, WorkspaceMember
+from osmosis.platform.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.run_views import summary_public
+from osmosis.platform.schemas.runs import EvalRunSummary
+
+RUNS_PER_PAGE = 25
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs list's filters, as kept in the URL; empty means "any"."""
+
+    status: str = ""
+    dataset: str = ""
+    model: str = ""
+    rollout: str = ""
+    workspace: str = ""
+
+    def params(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run and the API's summary of it (the same numbers `GET /api/eval-runs` gives)."""
+
+    run: EvalRun
+    public: EvalRunSummary
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    rows: list[RunRow]
+    total: int
+    offset: int
+    limit: int
+    params: dict[str, Any]
+
+
+def _visible_runs(user: User) -> Select[EvalRun, Workspace, User]:
+    # Workspace and creator are loaded with the run, so the summary reads them without a query.
+    return (
+        select(EvalRun, Workspace, User)
+        .join(Workspace, Workspace.id == EvalRun.workspace_id)
+        .join(
+            WorkspaceMember,
+            and_(WorkspaceMember.workspace_id == Workspace.id, WorkspaceMember.user_id == user.id),
+        )
+        .outerjoin(User, User.id == EvalRun.created_by)
+    )
+
+
+_Visible = Select[EvalRun, Workspace, User]
+
+
+def _filtered(query: _Visible, filters: RunFilters) -> _Visible:
+    wanted: list[ColumnElement[bool]] = []
+    if filters.status:
+        wanted.append(EvalRun.status == filters.status)
+    if filters.dataset:
+        wanted.append(EvalRun.dataset_name == filters.dataset)
+    if filters.model:
+        wanted.append(EvalRun.model_path == filters.model)
+    if filters.rollout:
+        wanted.append(EvalRun.rollout == filters.rollout)
+    if filters.workspace:
+        wanted.append(Workspace.identity == filters.workspace)
+    return query.where(*wanted)
+
+
+def list_runs(db: Session, *, user: User, filters: RunFilters, limit: int, offset: int) -> RunsPage:
+    """One page of the viewer's runs, newest first, with the total matching `filters`."""
+    query = _filtered(_visible_runs(user), filters)
+    total = db.scalar(select(func.count()).select_from(query.subquery())) or 0
+    page = db.execute(
+        query.order_by(EvalRun.created_at.desc(), EvalRun.id.desc()).limit(limit).offset(offset)
+    )
+    rows = [RunRow(run=run, public=summary_public(run)) for run, _ws, _creator in page]
+    params: dict[str, Any] = filters.params()
+    if limit != RUNS_PER_PAGE:
+        params["limit"] = limit  # a chosen page size survives paging, like the filters
+    return RunsPage(rows=rows, total=total, offset=offset, limit=limit, params=params)
+
+
+@dataclass(frozen=True)
+class FilterChoices:
+    """The values each filter can take among the viewer's runs, for the filter menus."""
+
+    datasets: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    rollouts: list[str] = field(default_factory=list)
+    workspaces: list[str] = field(default_factory=list)
+
+
+def filter_choices(db: Session, *, user: User) -> FilterChoices:
+    def distinct(column: Any) -> list[str]:
+        query = _visible_runs(user).with_only_columns(column).distinct().order_by(column)
+        return [str(value) for value in db.scalars(query) if value is not None]
+
+    return FilterChoices(
+        datasets=distinct(EvalRun.dataset_name),
+        models=distinct(EvalRun.model_path),
+        rollouts=distinct(EvalRun.rollout),
+        workspaces=distinct(Workspace.identity),
+    )
+
+
+def run_metrics(run: EvalRun) -> dict[str, Any] | None:
+    """The summary of the run's metrics.json as the engine wrote it, or None before it."""
+    if not run.summary:
+        return None
+    try:
+        value = json.loads(run.summary)
+    except ValueError:
+        return None
+    summary = value.get("summary", value) if isinstance(value, dict) else None
+    return summary if isinstance(summary, dict) else None
+
+
+def pass_threshold(run: EvalRun) -> float:
+    try:
+        value = json.loads(run.config)["evaluation"]["pass_threshold"]
+    except (ValueError, KeyError, TypeError):
+        return 1.0
+    return float(value) if isinstance(value, int | float) else 1.0
+
+
+def attempt_columns(db: Session, *, run: EvalRun) -> list[Any]:
+    """Every attempt of a run as light rows (no ORM objects): what `summarize` reads."""
+    query = select(
+        EvalAttempt.row_index,
+        EvalAttempt.run_index,
+        EvalAttempt.status,
+        EvalAttempt.reward,
+        EvalAttempt.tokens,
+        EvalAttempt.error_type,
+        EvalAttempt.cost_usd,
+    ).where(EvalAttempt.run_id == run.id)
+    return list(db.execute(query))
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    """One dataset row of a run: attempts scored, passes, attempts failed with an error."""
+
+    scored: int
+    passed: int
+    errored: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.scored if self.scored else 0.0
+
+
+def row_outcomes(db: Session, *, run: EvalRun, threshold: float) -> dict[int, RowOutcome]:
+    """Per dataset row, grouped in SQL: for comparisons of two runs on the same dataset."""
+    is_scored = case((EvalAttempt.status != "skipped", 1), else_=0)
+    is_pass = case((EvalAttempt.reward >= threshold, 1), else_=0)
+    is_error = case((EvalAttempt.status == "failed", 1), else_=0)
+    query = (
+        select(
+            EvalAttempt.row_index,
+            func.sum(is_scored),
+            func.sum(is_pass),
+            func.sum(is_error),
+        )
+        .where(EvalAttempt.run_id == run.id)
+        .group_by(EvalAttempt.row_index)
+    )
+    return {
+        int(row): RowOutcome(scored=int(s or 0), passed=int(p or 0), errored=int(e or 0))
+        for row, s, p, e in db.execute(query)
+    }
+
+
+def reward_values(db: Session, *, run: EvalRun) -> list[float]:
+    """Every graded reward of a run (one column), for the histogram."""
+    query = select(EvalAttempt.reward).where(
+        EvalAttempt.run_id == run.id, EvalAttempt.reward.is_not(None)
+    )
+    return [float(value) for value in db.scalars(query) if value is not None]

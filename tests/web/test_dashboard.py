@@ -1,0 +1,313 @@
+"""The dashboard in Debian's headless chromium against a real platform process with seeded
+runs: what a person signing in, filtering, reading a run and its samples, and comparing two
+runs would see. Each test saves screenshots of the pages it visits under its tmp_path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from osmosis.platform.web.render import number, percent
+from tests.platform.conftest import osmosis
+from tests.web.conftest import REGRESSED_ROWS, World, login
+from tests.web.seed import XSS, XSS_FILE
+
+pytestmark = pytest.mark.browser
+
+
+def shot(page, tmp_path: Path, name: str) -> None:
+    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+    assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def run_names(page) -> list[str]:
+    return page.locator("#runs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.run)")
+
+
+def no_script_ran(page) -> None:
+    assert page.dialogs == []
+    assert page.evaluate("typeof window.__xss") == "undefined"
+
+
+def test_pages_redirect_to_login_and_a_token_signs_in_with_a_safe_cookie(
+    world: World, page, tmp_path
+):
+    page.goto(world.url + "/runs/base/samples")
+    assert urlparse(page.url).path == "/login"
+    assert parse_qs(urlparse(page.url).query)["next"] == ["/runs/base/samples"]
+    shot(page, tmp_path, "login")
+
+    page.fill("#token", "osm_not-a-real-token")
+    page.click("button[type=submit]")
+    assert "not valid" in page.inner_text("[role=alert]")
+    assert urlparse(page.url).path == "/login"
+
+    page.fill("#token", world.admin_token)
+    page.click("button[type=submit]")
+    page.wait_for_url(world.url + "/runs/base/samples")  # back where the visitor was going
+    (cookie,) = [c for c in page.context.cookies() if c["name"] == "osmosis_session"]
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Lax"
+    assert cookie["secure"] is False  # plain http on loopback; https requests get Secure
+    assert world.admin_token not in cookie["value"]  # the cookie never carries the token
+
+    page.click("text=Sign out")
+    page.wait_for_url(re.compile(r".*/login$"))
+    page.goto(world.url + "/")
+    assert urlparse(page.url).path == "/login"
+
+
+def test_runs_list_filters_combine_stay_in_the_url_and_page(world: World, page, tmp_path):
+    login(page, world)
+    assert run_names(page) == world.matching()[:25]
+    assert page.inner_text(".pager .where") == "1\u201325 of 30"
+    shot(page, tmp_path, "runs")
+    page.click("a[rel=next]")
+    assert run_names(page) == world.matching()[25:]
+
+    page.goto(world.url + "/")
+    page.select_option("select[name=status]", "finished")
+    page.select_option("select[name=dataset]", "math")
+    page.click("#run-filters button[type=submit]")
+    query = parse_qs(urlparse(page.url).query)
+    assert query == {"status": ["finished"], "dataset": ["math"]}
+    assert run_names(page) == world.matching(status="finished", dataset="math")
+    assert "base" in run_names(page) and "candidate" in run_names(page)
+
+    page.select_option("select[name=model]", "openai/gpt-b")
+    page.click("#run-filters button[type=submit]")
+    expected = world.matching(status="finished", dataset="math", model="openai/gpt-b")
+    assert run_names(page) == expected and "base" not in expected
+    shot(page, tmp_path, "runs-filtered")
+
+    # Paging keeps the filters: workspace + rollout, three at a time.
+    page.goto(world.url + "/?workspace=acme/other&rollout=beta&limit=3")
+    expected = world.matching(workspace="acme/other", rollout="beta")
+    seen = run_names(page)
+    while page.locator("a[rel=next]").count():
+        page.click("a[rel=next]")
+        query = parse_qs(urlparse(page.url).query)
+        assert query["workspace"] == ["acme/other"] and query["rollout"] == ["beta"]
+        seen += run_names(page)
+    assert seen == expected and len(expected) > 3
+
+    row = page.locator("#runs tbody tr").first
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1] in {"finished", "failed", "stopped"}
+    assert cells[2] == "2/2"  # progress
+    assert cells[-1] == "admin"  # submitted by
+
+
+def eval_info(world: World, name: str) -> dict:
+    """`osmosis --json eval info NAME`, run as a user would, against the world's server."""
+    env = {**world.env, "OSMOSIS_PLATFORM_URL": world.url, "OSMOSIS_TOKEN": world.admin_token}
+    done = osmosis("--json", "eval", "info", name, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["data"]
+
+
+@pytest.mark.parametrize("name", ["base", "candidate"])
+def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, name):
+    detail = eval_info(world, name)
+    api = world.api(f"/api/eval-runs/{name}").json()
+    assert {key: detail[key] for key in api} == api  # eval info shows the API's detail
+    summary, metrics = detail["summary"], detail["metrics"]["summary"]
+    login(page, world)
+    page.goto(world.url + f"/runs/{name}")
+    shot(page, tmp_path, f"run-{name}")
+
+    assert page.inner_text("#counts") == (
+        f"{summary['graded']} graded, {summary['passed']} passed, "
+        f"{summary['failed']} failed, {summary['skipped']} skipped"
+    )
+    assert page.inner_text("#pass-rate") == percent(summary["pass_rate"])
+    assert page.inner_text("#avg-reward") == number(summary["avg_reward"])
+    assert page.inner_text("#tokens") == f"{summary['total_tokens']:,}"
+    assert page.inner_text("#pass-threshold") == str(summary["pass_threshold"])
+    assert page.inner_text("#pass-at-k") == ", ".join(
+        f"{p['k']}: {percent(p['value'])}" for p in metrics["pass_at_k"]
+    )
+    stats = metrics["reward_stats"]
+    assert page.inner_text("#reward-stats") == (
+        f"mean {number(stats['mean'])}, std {number(stats['std'])}, min {number(stats['min'])}, "
+        f"median {number(stats['median'])}, max {number(stats['max'])}"
+    )
+    ci = metrics["confidence_intervals"]["pass_rate"]
+    assert f"CI {percent(ci['low'])} \u2013 {percent(ci['high'])}" in page.inner_text(
+        "#pass-rate-ci"
+    )
+    assert page.inner_text("#cost") == f"${detail['cost_usd']:.4f}"
+    errors = page.locator("#errors tbody tr").all_inner_texts()
+    assert [e.split("\t") for e in errors] == [
+        [kind, str(count)] for kind, count in detail["errors_by_type"].items()
+    ]
+    # The charts are SVG drawn by the server: one bar per reward bin, one point per k.
+    bars = page.locator("#reward-histogram rect.bar").evaluate_all(
+        "bars => bars.map(b => Number(b.dataset.count))"
+    )
+    assert sum(bars) == summary["graded"]
+    points = page.locator("#pass-at-k-chart circle.point").evaluate_all(
+        "ps => ps.map(p => [Number(p.dataset.k), Number(p.dataset.value)])"
+    )
+    assert points == [[p["k"], pytest.approx(p["value"], abs=1e-6)] for p in metrics["pass_at_k"]]
+    assert page.inner_text("#progress").startswith(
+        f"{summary['progress']['completed']}/{summary['progress']['total']} samples"
+    )
+    # Downloads are the API's bytes.
+    with page.expect_download() as download:
+        page.click("#downloads >> text=metrics.json")
+    saved = Path(download.value.path()).read_bytes()
+    assert saved == world.api(f"/api/eval-runs/{name}/files/metrics.json").content
+
+
+def test_samples_sort_filter_and_page_in_the_database(world: World, page, tmp_path):
+    login(page, world)
+    page.goto(world.url + "/runs/candidate/samples")
+    rows = page.locator("#samples tbody tr")
+    assert rows.count() == 12
+    shot(page, tmp_path, "samples")
+
+    page.check("input[name=failed]")
+    page.click("#sample-filters button[type=submit]")
+    assert parse_qs(urlparse(page.url).query) == {"failed": ["1"]}
+    cells = page.locator("#samples tbody tr").all_inner_texts()
+    assert len(cells) == 2 and all("timeout" in line for line in cells)
+
+    page.goto(world.url + "/runs/candidate/samples?min_reward=1&limit=2")
+    seen = []
+    while True:
+        seen += page.locator("#samples tbody tr").evaluate_all(
+            "rows => rows.map(r => [Number(r.dataset.row), Number(r.dataset.attempt)])"
+        )
+        if not page.locator("a[rel=next]").count():
+            break
+        page.click("a[rel=next]")
+        assert parse_qs(urlparse(page.url).query)["min_reward"] == ["1"]
+    assert seen == [[2, 0], [2, 1], [4, 0], [4, 1], [5, 1]]
+
+    page.goto(world.url + "/runs/candidate/samples")
+    page.click("a[data-sort=reward]")
+    page.click("a[data-sort=reward]")  # a second click sorts descending
+    assert parse_qs(urlparse(page.url).query)["sort"] == ["-reward"]
+    rewards = page.locator("#samples td.reward").all_inner_texts()
+    assert rewards[:5] == ["1.0000"] * 5 and rewards[-2:] == ["—", "—"]
+
+
+def test_a_trajectory_with_tool_calls_renders_as_a_conversation(world: World, page, tmp_path):
+    login(page, world)
+    page.goto(world.url + "/runs/candidate/samples")
+    page.click("#samples tbody tr[data-row='0'][data-attempt='0'] a")
+    page.wait_for_url(re.compile(r".*/runs/candidate/samples/0/0$"))
+    shot(page, tmp_path, "sample")
+
+    roles = page.locator("#trajectory article").evaluate_all("a => a.map(x => x.dataset.role)")
+    assert roles == ["system", "user", "assistant", "assistant"]
+    call = page.locator(".tool-call").first
+    assert "multiply" in call.inner_text() and '"a": 6' in call.inner_text()
+    assert page.locator(".tool-result pre").inner_text() == "42"
+    metrics = page.locator("#trajectory article").nth(2).locator(".call-metrics").inner_text()
+    assert "21 prompt + 9 completion tokens" in metrics and "812 ms" in metrics
+    assert page.inner_text("#label") == "42"
+    grade = page.inner_text("#grade")
+    assert "exact_match" in grade and "below threshold 1.0" in grade
+
+
+def test_artifacts_show_as_a_tree_with_text_and_image_previews(world: World, page, tmp_path):
+    login(page, world)
+    page.goto(world.url + "/runs/candidate/samples/0/0")
+    files = page.locator("#artifacts a.file").all_inner_texts()
+    assert sorted(files) == sorted(["answer.txt", "curve.png", XSS_FILE])  # no manifest.json
+    page.click("#artifacts a.file >> text=answer.txt")
+    assert page.inner_text("#preview pre").startswith("the answer is 42")
+    shot(page, tmp_path, "artifact-text")
+
+    page.click("#artifacts a.file >> text=curve.png")
+    image = page.locator("#preview img")
+    image.wait_for()
+    assert page.evaluate("document.querySelector('#preview img').naturalWidth") == 64
+    shot(page, tmp_path, "artifact-image")
+
+    page.goto(world.url + "/runs/candidate/samples/0/0?file=../../metrics.json")
+    assert "Not found" in page.inner_text("h1")
+
+
+def test_html_in_trajectories_dataset_cells_logs_and_artifact_names_stays_text(
+    world: World, page, tmp_path
+):
+    login(page, world)
+    page.goto(world.url + "/runs/candidate/samples/0/0")
+    assert XSS in page.inner_text("#trajectory")
+    assert XSS_FILE in page.inner_text("#artifacts")
+    page.click(f"#artifacts a.file >> text={XSS_FILE}")
+    assert page.inner_text("#preview pre") == "payload in a file name"
+    no_script_ran(page)
+
+    page.goto(world.url + "/runs/candidate")
+    assert XSS in page.inner_text("#logs")
+    no_script_ran(page)
+
+    page.goto(world.url + "/datasets")
+    shot(page, tmp_path, "datasets")
+    page.click("#datasets >> text=math")
+    assert XSS in page.inner_text("#preview")
+    shot(page, tmp_path, "dataset-preview")
+    no_script_ran(page)
+
+
+def test_compare_page_shows_the_regressed_rows(world: World, page, tmp_path):
+    login(page, world)
+    page.goto(world.url + "/compare")
+    page.select_option("select[name=a]", "base")
+    page.select_option("select[name=b]", "candidate")
+    page.click("#compare-form button[type=submit]")
+    counts = page.inner_text("#counts")
+    assert "2 regressed" in counts and "1 improved" in counts and "1 errored" in counts
+    assert re.search(
+        r"-8\.3 pts \(95% paired CI -?\d+\.\d to \+\d+\.\d pts over 6 rows\)",
+        page.inner_text("#change"),
+    )
+    shot(page, tmp_path, "compare")
+
+    page.click(".tabs >> text=regressed")
+    rows = page.locator("#row-changes tbody tr").evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.row))"
+    )
+    assert rows == REGRESSED_ROWS
+
+
+def test_another_workspaces_run_is_not_found_for_every_page(world: World, page, tmp_path):
+    login(page, world)
+    for path in ("", "/samples", "/samples/0/0", "/files/metrics.json"):
+        response = page.goto(world.url + f"/runs/{world.bob_run}{path}")
+        assert response.status == 404, path
+    assert "not found among your workspaces" in page.inner_text(".error-message")
+    shot(page, tmp_path, "not-found")
+    page.goto(world.url + "/compare?a=base&b=" + world.bob_run)
+    assert "Not found" in page.inner_text("h1")
+
+    page.context.clear_cookies()
+    login(page, world, token=world.bob_token)
+    assert run_names(page) == [world.bob_run]  # bob sees his own, and only it
+    assert page.goto(world.url + f"/runs/{world.bob_run}").status == 200
+
+
+def test_secrets_page_shows_names_and_scopes_never_values(world: World, page, tmp_path):
+    import httpx
+
+    value = "sk-live-do-not-show-0000"
+    put = httpx.put(
+        world.url + "/api/secrets/OPENAI_API_KEY",
+        json={"value": value, "scope": "workspace"},
+        headers={"Authorization": f"Bearer {world.admin_token}", "X-Osmosis-Git": "acme/evals"},
+    )
+    assert put.status_code == 200, put.text
+    login(page, world)
+    page.goto(world.url + "/secrets")
+    shot(page, tmp_path, "secrets")
+    rows = page.locator("#secrets tbody tr").all_inner_texts()
+    assert any("acme/evals" in r and "OPENAI_API_KEY" in r and "workspace" in r for r in rows)
+    assert value not in page.content()
