@@ -27,6 +27,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from datetime import datetime  # noqa: E402
 
+from osmosis.client import PlatformClient  # noqa: E402
+from osmosis.platform.schemas.runs import TERMINAL_STATUSES  # noqa: E402
 from osmosis.testing import FakeModelServer  # noqa: E402
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
@@ -100,17 +102,18 @@ def platform_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
         osmosis("--json", "eval", "submit", "configs/eval/bench.toml", "-y", cwd=tree, env=env)
     )
     name = submitted["resource"]["name"]
-    while True:
-        info = json.loads(osmosis("--json", "eval", "info", name, cwd=tree, env=env))["data"]
-        status = info["eval_run"]["status"]
-        if status in {"finished", "failed", "stopped"}:
-            break
-        time.sleep(0.5)
-    if status != "finished":
-        raise SystemExit(f"platform run {name} ended {status}")
-    journal = Path(env["OSMOSIS_HOME"]) / "runs" / info["eval_run"]["id"] / "events.jsonl"
+    # Polled through the typed client in this process: a CLI process per poll would take
+    # CPU from the run being measured on a small machine.
+    credentials = json.loads((Path(env["OSMOSIS_HOME"]) / "credentials.json").read_text())
+    with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
+        while (detail := client.get_eval_run(name)).eval_run.status not in TERMINAL_STATUSES:
+            time.sleep(1.0)
+    if detail.eval_run.status != "finished":
+        raise SystemExit(f"platform run {name} ended {detail.eval_run.status}")
+    assert detail.metrics is not None
+    journal = Path(env["OSMOSIS_HOME"]) / "runs" / detail.eval_run.id / "events.jsonl"
     attempts, rate = throughput(journal)
-    return attempts, rate, info["metrics"]["summary"]
+    return attempts, rate, detail.metrics["summary"]
 
 
 def main() -> None:
