@@ -149,8 +149,10 @@ class Output:
         from rich.table import Table
 
         table = Table(title=title)
-        for column in columns:
-            table.add_column(column.replace("_", " ").title())
+        for position, column in enumerate(columns):
+            # The first column names the thing (a run, a dataset): it is what users copy
+            # into the next command, so it is never cut; the other columns give way.
+            table.add_column(column.replace("_", " ").title(), no_wrap=position == 0)
         for item in items:
             table.add_row(*(_plain(item.get(c)) for c in columns))
         self.console.print(table)
