@@ -29,6 +29,23 @@ _A = {0: [1, 1], 1: [1, 0], 2: [0, 0], 3: [0, 0], 4: [1, 1], 5: [0, 1]}
 _B = {0: [0, 0], 1: [0, 0], 2: [1, 1], 3: [None, None], 4: [1, 1], 5: [0, 1]}
 REGRESSED_ROWS = [0, 1]
 
+# A rollout writes its own trajectory: wrong types anywhere must not break the sample page.
+MALFORMED_TRAJECTORY = {
+    "steps": [
+        {
+            "step_id": "three",
+            "source": "agent",
+            "message": {"parts": ["a", "b"]},
+            "tool_calls": "not a list",
+            "metrics": {"latency_ms": "slow", "cost_usd": "free", "prompt_tokens": "many"},
+        },
+        "not a step",
+        {"source": "user", "message": None, "observation": {"results": [1, "two"]}},
+    ],
+    "extra": {"osmosis": {"label": {"nested": [1, 2]}, "sample_metrics": "not a mapping"}},
+}
+LONG_STEPS = 250  # more than a page of steps
+
 
 def _attempts(rewards: dict[int, list[float | None]]) -> list[Attempt]:
     out = []
@@ -64,6 +81,7 @@ class World:
     env: dict[str, str]
     runs: list[Seeded]
     dataset_id: str
+    bob_dataset_id: str
 
     def matching(self, **filters: str) -> list[str]:
         """Names of the admin's runs passing `filters`, newest first, as the page orders them."""
@@ -78,7 +96,7 @@ class World:
 FILLER = 28  # with base and candidate: 30 runs, two pages of 25
 
 
-def _seed(home: Path) -> tuple[str, list[Seeded], str]:
+def _seed(home: Path) -> tuple[str, list[Seeded], str, str]:
     app = create_app(Settings(home=home))
     try:
         with app.state.sessions() as db:
@@ -119,7 +137,11 @@ def _seed(home: Path) -> tuple[str, list[Seeded], str]:
                         n=2,
                         model="openai/gpt-b",
                         minutes=101,
-                        trajectories={"row_0_run_0": seed.tool_trajectory()},
+                        trajectories={
+                            "row_0_run_0": seed.tool_trajectory(),
+                            "row_1_run_0": MALFORMED_TRAJECTORY,
+                            "row_2_run_0": seed.long_trajectory(LONG_STEPS),
+                        },
                         artifacts={
                             "row_0_run_0": {
                                 "notes/answer.txt": b"the answer is 42\n" + XSS.encode(),
@@ -153,10 +175,19 @@ def _seed(home: Path) -> tuple[str, list[Seeded], str]:
                 home,
                 ws=private,
                 user=bob.user,
-                spec=RunSpec(name="bob-private-run", attempts=[Attempt(0, 0)], minutes=50),
+                spec=RunSpec(
+                    name="bob-private-run",
+                    attempts=[Attempt(0, 0)],
+                    minutes=50,
+                    trajectories={"row_0_run_0": seed.tool_trajectory()},
+                    artifacts={"row_0_run_0": {"bob.txt": b"bob's own"}},
+                ),
+            )
+            bobs = seed.dataset(
+                db, ws=private, user=bob.user, name="bob-data", rows=[{"user_prompt": "hi"}]
             )
             db.commit()
-            return bob.issued.secret, seeded, math.id
+            return bob.issued.secret, seeded, math.id, bobs.id
     finally:
         app.state.engine.dispose()
 
@@ -166,7 +197,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """A seeded home served by `osmosis server start --detach` on a free loopback port."""
     root = tmp_path_factory.mktemp("dashboard")
     home = root / "home"
-    bob_token, runs, dataset_id = _seed(home)
+    bob_token, runs, dataset_id, bob_dataset_id = _seed(home)
     env = clean_env(OSMOSIS_HOME=str(home), OSMOSIS_CONFIG_DIR=str(root / "config"))
     port = free_port()
     started = osmosis("server", "start", "--detach", "--port", str(port), env=env)
@@ -182,6 +213,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             env=env,
             runs=runs,
             dataset_id=dataset_id,
+            bob_dataset_id=bob_dataset_id,
         )
     finally:
         osmosis("server", "stop", env=env)

@@ -241,3 +241,19 @@ def tool_trajectory(*, payload: str = XSS) -> dict[str, Any]:
             }
         },
     }
+
+
+def long_trajectory(steps: int, *, first_chars: int = 25_000) -> dict[str, Any]:
+    """An ATIF document of `steps` alternating user/assistant steps; the first one's message
+    is `first_chars` characters long, the rest say only which step they are."""
+    return {
+        "schema_version": "ATIF-v1.7",
+        "steps": [
+            {
+                "step_id": i + 1,
+                "source": "agent" if i % 2 else "user",
+                "message": "x" * first_chars if i == 0 else f"this is step {i + 1}",
+            }
+            for i in range(steps)
+        ],
+    }

@@ -9,11 +9,13 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 import pytest
 
 from osmosis.platform.web.render import number, percent
+from osmosis.platform.web.trajectory import STEPS_PER_PAGE
 from tests.platform.conftest import osmosis
-from tests.web.conftest import REGRESSED_ROWS, World, login
+from tests.web.conftest import LONG_STEPS, REGRESSED_ROWS, World, login
 from tests.web.seed import XSS, XSS_FILE
 
 pytestmark = pytest.mark.browser
@@ -130,6 +132,9 @@ def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, nam
     assert page.inner_text("#pass-threshold") == str(summary["pass_threshold"])
     assert page.inner_text("#pass-at-k") == ", ".join(
         f"{p['k']}: {percent(p['value'])}" for p in metrics["pass_at_k"]
+    )
+    assert page.inner_text("#pass-hat-k") == ", ".join(
+        f"{p['k']}: {percent(p['value'])}" for p in metrics["pass_hat_k"]
     )
     stats = metrics["reward_stats"]
     assert page.inner_text("#reward-stats") == (
@@ -281,10 +286,22 @@ def test_compare_page_shows_the_regressed_rows(world: World, page, tmp_path):
 
 def test_another_workspaces_run_is_not_found_for_every_page(world: World, page, tmp_path):
     login(page, world)
-    for path in ("", "/samples", "/samples/0/0", "/files/metrics.json"):
+    # Each of these exists for bob (his run has a trajectory and an artifact): only the
+    # workspace check can make them 404 for the admin.
+    for path in (
+        "",
+        "/samples",
+        "/samples/0/0",
+        "/samples/0/0?file=bob.txt",
+        "/samples/0/0/artifacts/bob.txt",
+        "/files/metrics.json",
+        "/files/trajectories/row_0_run_0.json",
+    ):
         response = page.goto(world.url + f"/runs/{world.bob_run}{path}")
         assert response.status == 404, path
-    assert "not found among your workspaces" in page.inner_text(".error-message")
+        assert "not found among your workspaces" in page.inner_text(".error-message"), path
+    assert page.goto(world.url + f"/datasets/{world.bob_dataset_id}").status == 404
+    assert page.goto(world.url + f"/compare?a={world.bob_run}&b=base").status == 404
     shot(page, tmp_path, "not-found")
     page.goto(world.url + "/compare?a=base&b=" + world.bob_run)
     assert "Not found" in page.inner_text("h1")
@@ -293,6 +310,9 @@ def test_another_workspaces_run_is_not_found_for_every_page(world: World, page, 
     login(page, world, token=world.bob_token)
     assert run_names(page) == [world.bob_run]  # bob sees his own, and only it
     assert page.goto(world.url + f"/runs/{world.bob_run}").status == 200
+    own = world.api(f"/runs/{world.bob_run}/samples/0/0/artifacts/bob.txt", token=world.bob_token)
+    assert own.status_code == 200 and own.content == b"bob's own"
+    assert page.goto(world.url + f"/datasets/{world.bob_dataset_id}").status == 200
 
 
 def test_secrets_page_shows_names_and_scopes_never_values(world: World, page, tmp_path):
@@ -311,3 +331,107 @@ def test_secrets_page_shows_names_and_scopes_never_values(world: World, page, tm
     rows = page.locator("#secrets tbody tr").all_inner_texts()
     assert any("acme/evals" in r and "OPENAI_API_KEY" in r and "workspace" in r for r in rows)
     assert value not in page.content()
+
+
+def html(world: World, path: str) -> httpx.Response:
+    """A page as a script fetches it: the bearer token, asking for HTML."""
+    headers = {"Authorization": f"Bearer {world.admin_token}", "Accept": "text/html"}
+    return httpx.get(world.url + path, headers=headers, timeout=30)
+
+
+def test_a_page_past_the_end_says_so_and_links_to_the_last_page(world: World):
+    answer = html(world, "/?limit=10&offset=100")  # 30 runs: the last page starts at 20
+    assert answer.status_code == 200
+    assert "past the end: there are 30" in answer.text
+    assert 'rel="prev" href="?limit=10&amp;offset=20"' in answer.text
+    assert "No runs on this page." in answer.text
+    samples = html(world, "/runs/candidate/samples?offset=50")
+    assert "past the end: there are 12" in samples.text
+    assert 'rel="prev" href="?"' in samples.text  # one page of 50: back to the first
+
+
+def test_a_malformed_trajectory_still_renders_its_sample_page(world: World, page, tmp_path):
+    login(page, world)
+    assert page.goto(world.url + "/runs/candidate/samples/1/0").status == 200
+    shot(page, tmp_path, "sample-malformed")
+    roles = page.locator("#trajectory article").evaluate_all("a => a.map(x => x.dataset.role)")
+    assert roles == ["assistant", "unknown", "user"]
+    assert '"parts"' in page.locator("#trajectory article").first.inner_text()
+    assert page.locator(".tool-call").count() == 0  # "not a list" is no list of calls
+    assert page.locator(".call-metrics").count() == 0  # no numbers, nothing to show
+    assert page.inner_text("#label") == '{"nested": [1, 2]}'
+
+
+def test_a_long_trajectory_is_shown_a_page_of_steps_at_a_time(world: World, page, tmp_path):
+    login(page, world)
+    page.goto(world.url + "/runs/candidate/samples/2/0")
+    articles = page.locator("#trajectory article")
+    assert articles.count() == STEPS_PER_PAGE
+    first = articles.first.locator(".body").inner_text()
+    assert first.startswith("x" * 100) and "more characters" in first
+    assert len(first) < 25_000  # cut: the JSON download has all of it
+    seen = [articles.last.locator(".body").inner_text()]
+    while page.locator("#trajectory a[rel=next]").count():
+        page.click("#trajectory a[rel=next]")
+        seen.append(page.locator("#trajectory article").last.locator(".body").inner_text())
+    assert seen[-1] == f"this is step {LONG_STEPS}"  # the last step is reachable
+    shot(page, tmp_path, "sample-long")
+    # Paging keeps the artifact preview, and the preview keeps the page of steps.
+    page.goto(world.url + "/runs/candidate/samples/0/0?file=notes/answer.txt&offset=0")
+    assert page.inner_text("#preview pre").startswith("the answer is 42")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/runs/candidate",
+        "/runs/candidate/samples",
+        "/runs/candidate/samples/0/0?file=notes/answer.txt",
+        "/compare?a=base&b=candidate",
+        "/datasets",
+        "/secrets",
+    ],
+)
+def test_pages_fit_a_narrow_window(world: World, browser, tmp_path, path):
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        login(page, world)
+        page.goto(world.url + path)
+        shot(page, tmp_path, "narrow")
+        # Nothing but a wide table's own scroller is wider than the window.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        header = page.locator("header.top").bounding_box()
+        sign_out = page.locator("header.top button").bounding_box()
+        assert sign_out["y"] + sign_out["height"] <= header["y"] + header["height"]
+        assert sign_out["x"] + sign_out["width"] <= 390
+    finally:
+        context.close()
+
+
+def test_a_filter_no_run_has_still_shows_in_its_menu(world: World):
+    answer = html(world, "/?dataset=gone&status=queued")
+    assert "No runs match these filters." in answer.text
+    assert '<option value="gone" selected>gone</option>' in answer.text
+    assert '<option value="queued" selected>queued</option>' in answer.text
+
+
+def test_forms_have_labels_and_work_from_the_keyboard(world: World, page, tmp_path):
+    page.goto(world.url + "/login")
+    assert page.evaluate("document.activeElement.id") == "token"  # focus starts in the field
+    page.keyboard.type(world.admin_token)
+    page.keyboard.press("Enter")
+    page.wait_for_url(world.url + "/")
+    unlabelled = """() => [...document.querySelectorAll('input:not([type=hidden]), select')]
+        .filter(e => !e.labels.length).map(e => e.name)"""
+    for path in ("/", "/runs/candidate/samples", "/compare?a=base&b=candidate"):
+        page.goto(world.url + path)
+        assert page.evaluate(unlabelled) == [], path
+    # From the keyboard: Space ticks "Failed only", Enter submits the filter form.
+    page.goto(world.url + "/runs/candidate/samples")
+    page.focus("input[name=failed]")
+    page.keyboard.press("Space")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*failed=1.*"))
+    assert page.locator("#samples tbody tr").count() == 2

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from osmosis.platform import Settings, create_app
-from osmosis.platform.db.models import ApiToken, User, utcnow
+from osmosis.platform.db.models import ApiToken, User, Workspace, utcnow
 from osmosis.platform.db.run_models import EvalRun
 from osmosis.platform.web.session import COOKIE
 from tests.web import seed
@@ -108,6 +108,10 @@ def test_stop_with_the_csrf_token_stops_a_pending_run(app: App):
     assert status_of(app, "waiting") == "stopped"
     page = app.client.get("/runs/waiting")
     assert "stop-form" not in page.text  # no Stop button on an ended run
+    # A second click (a stale page) lands on the run's page, not on a Conflict error.
+    again = app.client.post("/runs/waiting/stop", data={"csrf_token": csrf})
+    assert again.status_code == 200 and "stopped" in again.text
+    assert str(again.url).endswith("/runs/waiting")
 
 
 def test_a_script_with_a_bearer_token_needs_no_csrf_token(app: App):
@@ -180,6 +184,19 @@ def test_api_errors_stay_json_for_browsers(app: App):
         ("/?offset=-3", "offset"),
         ("/runs/waiting/samples?sort=colour", "sort must be one of"),
         ("/runs/nope", "not found among your workspaces"),
+        # Numbers too large for the database are refused, not a 500.
+        ("/?offset=99999999999999999999", "offset"),
+        ("/runs/waiting/samples?offset=9223372036854775808", "offset"),
+        ("/runs/waiting/samples/99999999999999999999/0", "row_index"),
+        ("/runs/waiting/samples/0/0?offset=99999999999999999999", "offset"),
+        ("/compare?a=waiting&b=waiting&offset=99999999999999999999", "offset"),
+        # Every problem with the reward range at once; not-a-number is not a bound.
+        (
+            "/runs/waiting/samples?min_reward=nan&max_reward=lots",
+            "min_reward must be a number, such as 0.5; got &#39;nan&#39;; "
+            "max_reward must be a number",
+        ),
+        ("/runs/waiting/samples?min_reward=1&max_reward=0", "min_reward (1) is above max_reward"),
     ],
 )
 def test_bad_page_requests_get_an_html_page_naming_the_problem(app: App, path, says):
@@ -188,3 +205,30 @@ def test_bad_page_requests_get_an_html_page_naming_the_problem(app: App, path, s
     assert answer.status_code in {404, 422}
     assert answer.headers["content-type"].startswith("text/html")
     assert says in answer.text
+    assert re.search(r"<title>(Invalid request|Not found) · osmosis</title>", answer.text)
+
+
+def test_the_histogram_holds_the_graded_attempts_and_no_skipped_one(app: App):
+    with app.sessions() as db:  # type: ignore[operator]
+        admin = db.query(User).one()
+        ws = db.query(Workspace).one()
+        seed.seed_run(
+            db,
+            app.client.app.state.settings.home,  # type: ignore[attr-defined]
+            ws=ws,
+            user=admin,
+            spec=RunSpec(
+                name="with-skips",
+                attempts=[
+                    seed.Attempt(0, 0, reward=1.0),
+                    seed.Attempt(1, 0, reward=0.0),
+                    seed.Attempt(2, 0, status="skipped", reward=1.0),  # remove_sample
+                ],
+            ),
+        )
+        db.commit()
+    sign_in(app)
+    page = app.client.get("/runs/with-skips").text
+    assert re.search(r'id="counts">2 graded, 1 passed', page)
+    bars = [int(c) for c in re.findall(r'class="bar"[^>]*data-count="(\d+)"', page)]
+    assert sum(bars) == 2

@@ -57,6 +57,13 @@ def _frame(title: str, body: list[str]) -> Markup:
     return Markup("".join(parts))
 
 
+def _note(text: str) -> str:
+    return (
+        f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="note">'
+        f"{escape(text)}</text>"
+    )
+
+
 def _axes(y_ticks: Sequence[tuple[float, str]]) -> list[str]:
     plot_h = HEIGHT - TOP - BOTTOM
     out = [
@@ -78,12 +85,14 @@ def reward_histogram_svg(bins: Sequence[Bin]) -> Markup:
     """Bars of how many graded attempts fell in each reward range."""
     title = "Reward histogram"
     if not bins:
-        return _frame(title, [f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}">no rewards yet</text>'])
-    top = max(b.count for b in bins) or 1
+        return _frame(title, [_note("no graded attempts yet")])
+    tallest = max(b.count for b in bins) or 1
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    # Whole-number ticks: every count when there are few, else quarters of the tallest bar.
-    steps = top if top <= 4 else 4
-    ticks = [(i / steps, str(round(top * i / steps))) for i in range(steps + 1)]
+    # Whole-number ticks at most four steps apart, and the axis ends on the last tick, so
+    # every label sits exactly at the height of its count.
+    step = math.ceil(tallest / 4)
+    top = step * math.ceil(tallest / step)
+    ticks = [(count / top, str(count)) for count in range(0, top + 1, step)]
     body = _axes(ticks)
     slot = plot_w / len(bins)
     for i, b in enumerate(bins):
@@ -95,7 +104,13 @@ def reward_histogram_svg(bins: Sequence[Bin]) -> Markup:
             f'width="{max(slot - 2, 1):.1f}" height="{h:.1f}" fill="#2f5bd3" '
             f'data-count="{b.count}"><title>{escape(tip)}</title></rect>'
         )
-    for value, x in ((bins[0].low, LEFT), (bins[-1].high, WIDTH - RIGHT)):
+    # One bin (every reward equal) gets one label under its middle, not the same one twice.
+    edges = (
+        [(bins[0].low, LEFT + plot_w / 2)]
+        if len(bins) == 1
+        else [(bins[0].low, LEFT), (bins[-1].high, WIDTH - RIGHT)]
+    )
+    for value, x in edges:
         body.append(
             f'<text x="{x}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">'
             f"{escape(_label(value))}</text>"
@@ -111,7 +126,7 @@ def pass_at_k_svg(points: Sequence[Mapping[str, Any]]) -> Markup:
     title = "pass@k"
     usable = sorted((int(p["k"]), float(p["value"])) for p in points if p.get("value") is not None)
     if not usable:
-        return _frame(title, [f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}">needs n ≥ 2</text>'])
+        return _frame(title, [_note("no curve: pass@k needs n ≥ 2 attempts per row")])
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     body = _axes([(i / 4, f"{i * 25}%") for i in range(5)])
     span = math.log2(usable[-1][0]) or 1.0

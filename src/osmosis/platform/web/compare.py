@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from statistics import fmean
 
 from osmosis.eval.intervals import ConfidenceInterval, bootstrap_ci
 from osmosis.platform.web.run_queries import RowOutcome
@@ -33,10 +34,17 @@ class RowChange:
 
 @dataclass(frozen=True)
 class Comparison:
+    """`change` is the mean over paired rows (scored in both runs) of B's row pass rate minus
+    A's, so it equals `paired_b - paired_a`, the two runs' mean row pass rates over those
+    rows; it differs from the runs' own pass rates when rows have unequal attempts or only
+    one run scored some rows."""
+
     rows: list[RowChange]
     counts: dict[str, int]
     change: ConfidenceInterval | None
     paired_rows: int
+    paired_a: float | None = None
+    paired_b: float | None = None
 
 
 def _kind(a: RowOutcome | None, b: RowOutcome | None) -> str:
@@ -58,11 +66,19 @@ def compare_runs(a: Mapping[int, RowOutcome], b: Mapping[int, RowOutcome]) -> Co
         RowChange(row, _kind(a.get(row), b.get(row)), a.get(row), b.get(row))
         for row in sorted(set(a) | set(b))
     ]
-    deltas = [(change.delta, 1.0) for change in rows if change.delta is not None]
+    pairs = [
+        (c.a, c.b)
+        for c in rows
+        if c.a is not None and c.b is not None and c.a.scored and c.b.scored
+    ]
+    # One (B - A, 1) per row: the bootstrap resamples rows, each carrying both runs' results.
+    deltas = [(b.rate - a.rate, 1.0) for a, b in pairs]
     counts = Counter(change.kind for change in rows)
     return Comparison(
         rows=rows,
         counts={kind: counts.get(kind, 0) for kind in KINDS},
         change=bootstrap_ci(deltas) if deltas else None,
         paired_rows=len(deltas),
+        paired_a=fmean(a.rate for a, _ in pairs) if pairs else None,
+        paired_b=fmean(b.rate for _, b in pairs) if pairs else None,
     )

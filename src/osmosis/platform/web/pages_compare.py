@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from osmosis.platform import runs
@@ -14,6 +14,7 @@ from osmosis.platform.errors import ValidationFailed
 from osmosis.platform.run_views import summary_public
 from osmosis.platform.web import run_queries
 from osmosis.platform.web.compare import KINDS, compare_runs
+from osmosis.platform.web.params import Offset
 from osmosis.platform.web.render import render
 from osmosis.platform.web.session import PageViewer
 
@@ -37,14 +38,20 @@ def compare(
     a: str = "",
     b: str = "",
     show: str = "changed",
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> Response:
     if show not in SHOWS:
         raise ValidationFailed(f"unknown show {show!r}", details={"valid": list(SHOWS)})
     recent = run_queries.list_runs(
         db, user=viewer.user, filters=run_queries.RunFilters(), limit=200, offset=0
     )
-    context: dict[str, Any] = {"a": a, "b": b, "show": show, "recent": recent.rows}
+    context: dict[str, Any] = {
+        "a": a,
+        "b": b,
+        "show": show,
+        "recent": recent.rows,
+        "recent_refs": {ref for row in recent.rows for ref in (row.run.name, row.run.id)},
+    }
     if a and b:
         run_a = runs.find_run(db, user=viewer.user, ref=a)
         run_b = runs.find_run(db, user=viewer.user, ref=b)

@@ -16,8 +16,10 @@ from osmosis.platform import run_files, runs
 from osmosis.platform.db.models import utcnow
 from osmosis.platform.db.run_models import RUN_STATUSES, TERMINAL, EvalRun
 from osmosis.platform.deps import Db
+from osmosis.platform.errors import Conflict
 from osmosis.platform.run_views import detail_public
 from osmosis.platform.web import charts, run_queries
+from osmosis.platform.web.params import Offset
 from osmosis.platform.web.render import render
 from osmosis.platform.web.session import CSRF_FIELD, PageViewer, check_csrf
 
@@ -37,7 +39,7 @@ def runs_page(
     model: str = "",
     rollout: str = "",
     workspace: str = "",
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = run_queries.RUNS_PER_PAGE,
 ) -> Response:
     filters = run_queries.RunFilters(
@@ -113,7 +115,13 @@ def stop_run(
     refreshes itself until the worker has written what finished and marked the run)."""
     check_csrf(request, csrf_token)
     run = runs.find_run(db, user=viewer.user, ref=run_ref)
-    if not runs.request_stop(db, run=run):  # a running run: its worker must be told
+    try:
+        stopped_now = runs.request_stop(db, run=run)
+    except Conflict:
+        # It ended while the page was open (or this is a second click): no error page, the
+        # run's page says how it ended.
+        return RedirectResponse(f"/runs/{run.name}", status_code=303)
+    if not stopped_now:  # a running run: its worker must be told
         request.app.state.scheduler.stop_worker(run.id)
     return RedirectResponse(f"/runs/{run.name}", status_code=303)
 

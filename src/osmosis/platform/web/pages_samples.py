@@ -3,6 +3,7 @@ and the artifact bytes its previews show."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -14,24 +15,37 @@ from osmosis.platform.deps import Db
 from osmosis.platform.errors import NotFound, ValidationFailed
 from osmosis.platform.run_views import MAX_ATTEMPTS_PAGE, attempts_page
 from osmosis.platform.web import artifacts, run_queries
+from osmosis.platform.web.params import Offset, RowIndex, RunIndex
 from osmosis.platform.web.render import render
 from osmosis.platform.web.session import PageViewer
-from osmosis.platform.web.trajectory import read_conversation
+from osmosis.platform.web.trajectory import STEPS_PER_PAGE, read_conversation
 
 router = APIRouter()
 
 ATTEMPTS_PER_PAGE = 50
 
 
-def _reward(text: str, field: str) -> float | None:
-    if not text.strip():
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ValidationFailed(
-            f"{field} must be a number, such as 0.5; got {text!r}", details={"field": field}
-        ) from None
+def _reward_range(low: str, high: str) -> tuple[float | None, float | None]:
+    """The reward filter's bounds; every problem with them is named in one 422."""
+    problems: list[str] = []
+    bounds: list[float | None] = []
+    for field, text in (("min_reward", low), ("max_reward", high)):
+        value = None
+        if text.strip():
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value):
+                problems.append(f"{field} must be a number, such as 0.5; got {text!r}")
+                value = None
+        bounds.append(value)
+    low_value, high_value = bounds
+    if low_value is not None and high_value is not None and low_value > high_value:
+        problems.append(f"min_reward ({low_value:g}) is above max_reward ({high_value:g})")
+    if problems:
+        raise ValidationFailed("; ".join(problems), details={"problems": problems})
+    return low_value, high_value
 
 
 @router.get("/runs/{run_ref}/samples")
@@ -44,13 +58,13 @@ def samples(
     min_reward: str = "",
     max_reward: str = "",
     sort: str = "row_index",
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_ATTEMPTS_PAGE)] = ATTEMPTS_PER_PAGE,
 ) -> Response:
     """The attempts table: one page from `attempts_page` (what `GET .../attempts` serves)."""
     run = runs.find_run(db, user=viewer.user, ref=run_ref)
     failed_only = failed in {"1", "on", "true"}
-    low, high = _reward(min_reward, "min_reward"), _reward(max_reward, "max_reward")
+    low, high = _reward_range(min_reward, max_reward)
     page = attempts_page(
         db,
         run=run,
@@ -101,19 +115,23 @@ def _attempt(db: Db, *, run_id: str, row_index: int, run_index: int) -> EvalAtte
 @router.get("/runs/{run_ref}/samples/{row_index}/{run_index}")
 def sample(
     run_ref: str,
-    row_index: int,
-    run_index: int,
+    row_index: RowIndex,
+    run_index: RunIndex,
     request: Request,
     db: Db,
     viewer: PageViewer,
     file: str = "",
+    offset: Offset = 0,
 ) -> Response:
+    """One attempt: its conversation (STEPS_PER_PAGE steps from `offset`), grade and artifacts
+    (the one named by `file` previewed)."""
     run = runs.find_run(db, user=viewer.user, ref=run_ref)
     attempt = _attempt(db, run_id=run.id, row_index=row_index, run_index=run_index)
     directory = runs.run_dir(request.app.state.settings, run.id)
     name = artifacts.attempt_name(row_index, run_index)
     folder = directory / "artifacts" / name
     trajectory = directory / "trajectories" / f"{name}.json"
+    convo = read_conversation(trajectory)
     return render(
         request,
         "sample.html",
@@ -121,7 +139,14 @@ def sample(
         nav="runs",
         run=run,
         attempt=attempt,
-        convo=read_conversation(trajectory),
+        convo=convo,
+        turns=convo.turns[offset : offset + STEPS_PER_PAGE],
+        page={
+            "offset": offset,
+            "limit": STEPS_PER_PAGE,
+            "total": len(convo.turns),
+            "params": {"file": file} if file else {},
+        },
         tree=artifacts.artifact_tree(folder),
         preview=artifacts.preview(folder, file) if file else None,
         has_trajectory=trajectory.is_file(),
@@ -132,8 +157,8 @@ def sample(
 @router.get("/runs/{run_ref}/samples/{row_index}/{run_index}/artifacts/{path:path}")
 def artifact(
     run_ref: str,
-    row_index: int,
-    run_index: int,
+    row_index: RowIndex,
+    run_index: RunIndex,
     path: str,
     request: Request,
     db: Db,

@@ -173,7 +173,10 @@ class RowOutcome:
 def row_outcomes(db: Session, *, run: EvalRun, threshold: float) -> dict[int, RowOutcome]:
     """Per dataset row, grouped in SQL: for comparisons of two runs on the same dataset."""
     is_scored = case((EvalAttempt.status != "skipped", 1), else_=0)
-    is_pass = case((EvalAttempt.reward >= threshold, 1), else_=0)
+    # As `summarize` counts: a skipped attempt is out of every count, whatever its reward.
+    is_pass = case(
+        (and_(EvalAttempt.status != "skipped", EvalAttempt.reward >= threshold), 1), else_=0
+    )
     is_error = case((EvalAttempt.status == "failed", 1), else_=0)
     query = (
         select(
@@ -192,8 +195,10 @@ def row_outcomes(db: Session, *, run: EvalRun, threshold: float) -> dict[int, Ro
 
 
 def reward_values(db: Session, *, run: EvalRun) -> list[float]:
-    """Every graded reward of a run (one column), for the histogram."""
+    """Every graded reward of a run (one column), for the histogram: `graded` of them."""
     query = select(EvalAttempt.reward).where(
-        EvalAttempt.run_id == run.id, EvalAttempt.reward.is_not(None)
+        EvalAttempt.run_id == run.id,
+        EvalAttempt.reward.is_not(None),
+        EvalAttempt.status != "skipped",  # not graded, as `summarize` counts
     )
     return [float(value) for value in db.scalars(query) if value is not None]
