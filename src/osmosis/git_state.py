@@ -29,6 +29,8 @@ from osmosis.workspace import _git
 __all__ = ["GitState", "GitStateError", "resolve_git_state"]
 
 REMOTE = "origin"
+# The whole repository (even from a workspace in a subfolder of it), minus any `.osmosis/`.
+_STATUS_PATHSPEC = (":(top)", ":(top,exclude,glob)**/.osmosis/**")
 _DIRTY_SHOWN = 5  # paths named in the dirty-tree warning; the rest are counted
 
 
@@ -84,7 +86,9 @@ def _count(top: Path, revisions: str) -> int:
 
 
 def _dirty_paths(top: Path) -> tuple[str, ...]:
-    result = _run(top, "status", "--porcelain", "--untracked-files=normal")
+    # `.osmosis/` is the CLI's own output (run results, saved metrics, dataset cache): it
+    # is never code the platform would miss, so it does not make the tree dirty.
+    result = _run(top, "status", "--porcelain", "--untracked-files=normal", "--", *_STATUS_PATHSPEC)
     if result.returncode != 0:
         return ()
     return tuple(line[3:] for line in result.stdout.splitlines() if len(line) > 3)

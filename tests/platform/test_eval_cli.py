@@ -268,6 +268,9 @@ def test_submit_watch_download_stop_and_retry(running_platform, fake_model, tmp_
     assert submitted["operation"] == "eval.submit" and submitted["resource"]["status"] == "pending"
     assert submitted["resource"]["config"]["commit_sha"] == git(tree, "rev-parse", "HEAD")
     assert submitted["next_steps_structured"][0] == {"action": "eval_info", "name": name}
+    url = submitted["resource"]["url"]  # the run's dashboard page
+    assert url == f"{running_platform.url}/runs/{name}"
+    assert {"action": "open_url", "url": url} in submitted["next_steps_structured"]
 
     seen = wait_for(tree, env, name, {"finished", "failed"})
     # The worker needs seconds to check out and start: the first look finds it waiting.
@@ -326,7 +329,14 @@ def test_submit_watch_download_stop_and_retry(running_platform, fake_model, tmp_
     # rich info saves metrics.json and names every section
     info = cli("eval", "info", name, "-o", str(tmp_path / "out"), env=env, cwd=tree)
     assert info.returncode == 0, info.stderr
-    for words in ("Progress", "4 / 4 samples", "Configuration", "Commit", "3 graded, 3 passed"):
+    for words in (
+        "Progress",
+        "4 / 4 samples (100%)",
+        "Configuration",
+        "Commit",
+        "3 graded, 3 passed",
+        f"View: {url}",
+    ):
         assert words in info.stdout, words
     saved = tmp_path / "out" / name / "metrics.json"
     assert saved.read_bytes() == (run_dir / "metrics.json").read_bytes()
@@ -337,6 +347,7 @@ def test_submit_watch_download_stop_and_retry(running_platform, fake_model, tmp_
     assert more["items"] and more["items"][0] != logs["items"][0]
     listed = cli_json("eval", "list", env=env, cwd=tree)
     assert listed["items"][0]["name"] == name and listed["items"][0]["summary"]["passed"] == 3
+    assert listed["items"][0]["url"] == url
     everywhere = cli_json("eval", "list", "--all", env=env, cwd=tmp_path)  # outside any repo
     assert name in {item["name"] for item in everywhere["items"]}
     assert "git" not in everywhere and everywhere["has_more"] is False

@@ -17,6 +17,7 @@ from osmosis.testing import Fail, FakeModelServer, Rule
 from tests.e2e.conftest import model_env
 from tests.e2e.conftest import osmosis as osmosis_in
 from tests.e2e.workspace import SCRIPTED_MAIN, row
+from tests.platform.conftest import clean_env
 from tests.platform.eval_world import (
     Repo,
     Server,
@@ -110,6 +111,10 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
         assert detail.metrics_available and detail.metrics is not None
         platform_summary = detail.metrics["summary"]
         assert detail.metrics["eval_run"]["dataset_name"] == "scripted"
+        # The metrics.json users download names the platform run, not the engine's directory.
+        identity = {k: detail.metrics["eval_run"][k] for k in ("id", "name", "status")}
+        assert identity == {"id": created.id, "name": created.name, "status": "finished"}
+        assert detail.metrics["eval_run"]["duration_ms"] == detail.eval_run.duration_ms
 
         listed = client.list_eval_runs(git=repo.git)
         assert [run.name for run in listed.eval_runs][:1] == [created.name]
@@ -157,6 +162,24 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
     assert {k: platform_summary.get(k) for k in SUMMARY_KEYS} == {
         k: local_summary.get(k) for k in SUMMARY_KEYS
     }
+
+    # `eval info` shows both pass@k and pass^k, the progress as a percentage, the dataset.
+    cli_env = clean_env(
+        OSMOSIS_PLATFORM_URL=server.url,
+        OSMOSIS_TOKEN=server.admin_token,
+        OSMOSIS_CONFIG_DIR=str(tmp_path / "cli"),
+        COLUMNS="200",
+    )
+    info = osmosis_in("eval", "info", created.name, cwd=repo.tree, env=cli_env)
+    assert info.returncode == 0, info.stderr
+    hat = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in local_summary["pass_hat_k"])
+    for shown in ("10 / 10 samples (100%)", f"Pass^k          {hat}", "5 of 5 rows"):
+        assert shown in info.stdout, shown
+    data = json.loads(
+        osmosis_in("--json", "eval", "info", created.id, cwd=repo.tree, env=cli_env).stdout
+    )["data"]
+    assert data["results"]["pass_hat_k"] == local_summary["pass_hat_k"]
+    assert data["dataset_df_stats"]["rows"] == data["dataset_df_stats"]["selected_rows"] == 5
 
 
 # -- submit checks ----------------------------------------------------------------------------
@@ -224,12 +247,22 @@ def test_stop_keeps_what_finished_and_stops_the_rollout(server, tmp_path):
         assert 3 <= done < 20 and detail.summary.passed == done
         assert detail.metrics is not None
         assert detail.metrics["summary"]["total_samples"] == done
+        assert detail.metrics["eval_run"]["status"] == "stopped"
         assert client.eval_run_attempts(created.id).total_count == done
         journal = read_jsonl(run_dir(server, created.id) / "events.jsonl")
         assert len(journal) == done
         with pytest.raises(PlatformAPIError) as again:
             client.stop_eval_run(created.id)
         assert again.value.status_code == 409
+
+        # A retry resumes what the stop left unrun; it does not say "from the start".
+        retried = client.retry_eval_run(created.id)
+        assert retried.retryable_samples == 20 - done
+        resumed = finished(client, created.id)
+        assert resumed.eval_run.status == "finished"
+        assert (resumed.summary.progress.completed, resumed.summary.passed) == (20, 20)
+        journal = read_jsonl(run_dir(server, created.id) / "events.jsonl")
+        assert len(journal) == 20  # the attempts before the stop were not run again
 
 
 def test_retry_reruns_the_failures_with_fresh_rollout_ids(server, tmp_path):

@@ -3,8 +3,10 @@ run's commit: plain files and real git repositories, no server."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +121,35 @@ def test_the_manifest_filters_by_type_and_row_and_serves_nothing_else(tmp_path):
     ):
         with pytest.raises(NotFound):
             layout_file(run, hidden)
+
+
+def test_a_manifest_lists_only_the_folders_its_types_and_rows_need(tmp_path, monkeypatch):
+    # A run of 10,000 attempts has as many trajectory files and artifact folders; `eval info`
+    # asks for metrics.json alone and must not walk them (it took seconds).
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "metrics.json").write_text("{}")
+    for r in range(300):
+        (run / "trajectories" / f"row_{r}_run_0.json").write_text("{}")
+        (run / "artifacts" / f"row_{r}_run_0" / "deep").mkdir(parents=True)
+        (run / "artifacts" / f"row_{r}_run_0" / "deep" / "out.txt").write_text(str(r))
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: Any = ".") -> Any:
+        listed.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    only_metrics = file_manifest(run, types=["metrics"], rows=None)
+    assert [f.path for f in only_metrics.files] == ["metrics.json"]
+    assert listed == []
+    one_row = file_manifest(run, types=["artifacts"], rows=parse_rows("7"))
+    assert [f.path for f in one_row.files] == ["artifacts/row_7_run_0/deep/out.txt"]
+    assert len(listed) <= 3  # artifacts/, its row-7 folder and that folder's subfolder
+    monkeypatch.undo()
+    everything = file_manifest(run, types=["artifacts"], rows=None)
+    assert everything.totals.files == 300
 
 
 def test_bad_types_and_rows_name_every_problem():

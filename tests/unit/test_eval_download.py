@@ -97,6 +97,23 @@ def test_everything_arrives_verified_and_a_rerun_transfers_nothing(tmp_path):
     assert sum(server.calls.values()) == 6
 
 
+def test_a_log_that_grew_after_the_manifest_arrives_as_listed_not_failed(tmp_path):
+    # While a run runs, logs.txt gains lines between the manifest and the fetch; other files
+    # that arrive longer than listed are still refused.
+    listed = b"line 1\nline 2\n"
+    manifest = [entry("logs.txt", listed), entry("metrics.json", b"{}")]
+
+    def growing(path: str, dest: Path) -> None:
+        dest.write_bytes(listed + b"line 3\n" if path == "logs.txt" else b"{} ")
+
+    plan = plan_transfer(manifest, tmp_path / "run", selected_types=TYPES)
+    result = transfer(plan, growing, backoff=0)
+    assert result.downloaded == ["logs.txt"]
+    assert (tmp_path / "run" / "logs.txt").read_bytes() == listed
+    assert [f["path"] for f in result.failed] == ["metrics.json"]
+    assert "manifest says 2" in result.failed[0]["error"]
+
+
 def test_a_local_file_whose_content_differs_is_fetched_again_even_at_the_same_size(tmp_path):
     run_dir = tmp_path / "run"
     transfer(plan_transfer(MANIFEST, run_dir, selected_types=TYPES), Server(), backoff=0)
@@ -241,6 +258,8 @@ def test_type_selection_replaces_the_default(value, expected):
     [
         ("all,logs", "--type all cannot be combined"),
         ("metric,trajs", "unknown --type value(s): metric, trajs; choose from metrics"),
+        # both problems at once
+        ("bogus,all", "unknown --type value(s): bogus; --type all cannot be combined"),
         ("metrics,", "comma-separated"),
     ],
 )

@@ -102,6 +102,18 @@ def test_a_dirty_tree_is_reported_with_its_paths(tree):
     assert "uncommitted changes (README.md, new.py)" in state.warnings[0]
 
 
+def test_the_clis_own_osmosis_folder_does_not_make_the_tree_dirty(tree):
+    # `eval info` saves metrics.json under .osmosis/evals/; submitting next must not warn.
+    saved = tree / ".osmosis" / "evals" / "run-1" / "metrics.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("{}")
+    (tree / "sub" / ".osmosis").mkdir(parents=True)
+    (tree / "sub" / ".osmosis" / "x").write_text("")
+    state = resolve_git_state(tree, branch=None, commit_sha=None)
+    assert state.dirty_paths == ()
+    assert not any("uncommitted" in warning for warning in state.warnings)
+
+
 def test_a_short_commit_sha_expands_to_40_hex_and_is_checked_against_origin(tree):
     pushed = git(tree, "rev-parse", "HEAD")
     state = resolve_git_state(tree, branch=None, commit_sha=pushed[:7])

@@ -56,6 +56,8 @@ CONFIRM_BYTES = 100 * 1024 * 1024  # remaining bytes above this need a confirmat
 CONCURRENCY = 8
 RETRIES = 3  # retries after the first attempt of each file
 PARTIAL_SUFFIX = ".partial"
+# Files a running run only appends to: a longer copy than the manifest's is cut to its size.
+_APPEND_ONLY = frozenset({"logs.txt"})
 
 _TRAJECTORY = re.compile(r"^trajectories/row_\d+_run_\d+\.json$")
 _ARTIFACT = re.compile(r"^artifacts/row_\d+_run_\d+/.+$")
@@ -108,15 +110,17 @@ def parse_types(value: str | None) -> tuple[str, ...]:
     requested = [part.strip().lower() for part in value.split(",")]
     if not requested or any(not part for part in requested):
         raise ValueError(f"--type must be a comma-separated list of {', '.join(TYPES)} or all")
-    if "all" in requested:
-        if len(requested) > 1:
-            raise ValueError("--type all cannot be combined with other types")
+    if requested == ["all"]:
         return TYPES
-    unknown = [part for part in requested if part not in TYPES]
+    # Every problem at once: an unknown word and a misplaced `all` are both reported.
+    problems = []
+    unknown = [part for part in requested if part not in (*TYPES, "all")]
     if unknown:
-        raise ValueError(
-            f"unknown --type value(s): {', '.join(unknown)}; choose from {', '.join(TYPES)}, all"
-        )
+        problems.append(f"unknown --type value(s): {', '.join(unknown)}")
+    if "all" in requested:
+        problems.append("--type all cannot be combined with other types")
+    if problems:
+        raise ValueError(f"{'; '.join(problems)}; choose from {', '.join(TYPES)}, or all alone")
     return tuple(dict.fromkeys(requested))
 
 
@@ -269,6 +273,11 @@ def _fetch_verified(item: ManifestEntry, run_dir: Path, fetch: Fetch, stop: thre
         partial.parent.mkdir(parents=True, exist_ok=True)
         fetch(item.path, partial)
         size = partial.stat().st_size
+        if size > item.size and item.path in _APPEND_ONLY:
+            # A running run's log grew since the manifest: its first bytes are what was listed.
+            with partial.open("r+b") as handle:
+                handle.truncate(item.size)
+            size = item.size
         if size != item.size:
             raise FetchError(f"received {size} bytes, the manifest says {item.size}")
         if _sha256(partial) != item.sha256:

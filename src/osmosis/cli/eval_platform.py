@@ -86,6 +86,13 @@ def _duration(run: Any) -> str | None:
     return f"{minutes}m {seconds}s" if minutes else f"{ms / 1000:.1f}s"
 
 
+def run_url(base_url: str, name: str) -> str:
+    """The run's page on the platform's dashboard."""
+    from urllib.parse import quote
+
+    return f"{base_url.rstrip('/')}/runs/{quote(name, safe='')}"
+
+
 def optional_workspace() -> Workspace | None:
     from osmosis.workspace import WorkspaceError, resolve_workspace
 
@@ -157,12 +164,13 @@ def list_command(
             everything=all_runs,
         )
         context = envelope_context(workspace, client)
+        base_url = client.base_url
     runs = page.items
     columns = ["name", "status", "rollout", "reward", "submitted", "submitted_by"]
     if all_runs:
         columns.insert(1, "workspace")
     items = (
-        [run.model_dump(mode="json") for run in runs]
+        [{**run.model_dump(mode="json"), "url": run_url(base_url, run.name)} for run in runs]
         if out.mode.value == "json"
         else [_row(run, with_workspace=all_runs) for run in runs]
     )
@@ -203,11 +211,39 @@ def _results(detail: EvalRunDetail) -> dict[str, Any]:
         "pass_threshold": summary.pass_threshold,
         "reward_stats": metrics.get("reward_stats"),
         "pass_at_k": metrics.get("pass_at_k"),
+        "pass_hat_k": metrics.get("pass_hat_k"),
         "confidence_intervals": metrics.get("confidence_intervals"),
         "tokens_used": summary.total_tokens,
         "cost_usd": detail.cost_usd,
         "errors_by_type": detail.errors_by_type,
     }
+
+
+def _dataset_stats(detail: EvalRunDetail) -> dict[str, Any]:
+    """The dataset as the run used it: its rows, the rows selected, attempts per row."""
+    n = detail.config.get("n") or 1
+    total = detail.summary.progress.total
+    return {
+        "name": detail.dataset.name,
+        "version": detail.dataset.version,
+        "format": detail.dataset.format,
+        "sha256": detail.dataset.sha256,
+        "rows": detail.summary.dataset_rows or detail.dataset.rows,
+        "selected_rows": total // n if total else None,
+        "runs_per_row": n,
+    }
+
+
+def _dataset_line(detail: EvalRunDetail) -> str:
+    """`qa (version 2, jsonl, 10 of 120 rows)`; rows selected once the worker planned it."""
+    stats = _dataset_stats(detail)
+    parts = [f"version {stats['version']}", stats["format"]]
+    if stats["rows"] is not None:
+        selected = stats["selected_rows"]
+        parts.append(
+            f"{selected:,} of {stats['rows']:,} rows" if selected else f"{stats['rows']:,} rows"
+        )
+    return f"{stats['name']} ({', '.join(p for p in parts if p)})"
 
 
 def _results_rows(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,6 +259,9 @@ def _results_rows(results: Mapping[str, Any]) -> dict[str, Any]:
         )
     if results.get("pass_at_k"):
         rows["Pass@k"] = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in results["pass_at_k"])
+    if results.get("pass_hat_k"):
+        # pass^k: every one of k attempts passes (consistency), next to pass@k (any of k).
+        rows["Pass^k"] = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in results["pass_hat_k"])
     intervals = results.get("confidence_intervals") or {}
     shown = []
     for key, label, fmt in (
@@ -289,6 +328,7 @@ def info_command(
         output_path, save_warning = (
             _save_metrics(client, detail, _runs_root(output_root)) if save else (None, None)
         )
+        url = run_url(client.base_url, detail.eval_run.name)
     run, summary = detail.eval_run, detail.summary
     results = _results(detail)
     metrics_error = (
@@ -306,10 +346,11 @@ def info_command(
             results=results,
             model=run.model,
             rollout=run.rollout,
-            dataset_df_stats=None,
+            dataset_df_stats=_dataset_stats(detail),
             metrics_error=metrics_error,
             output_path=output_path,
             save_warning=save_warning,
+            url=url,
         )
         out.detail(data)
         return
@@ -319,7 +360,8 @@ def info_command(
         "Status": run.status,
         "Progress": "Waiting to start..."
         if run.status == "pending"
-        else f"{progress.completed} / {progress.total} {progress.unit}",
+        else f"{progress.completed} / {progress.total} {progress.unit}"
+        + (f" ({progress.completed / progress.total:.0%})" if progress.total else ""),
         "Duration": _duration(run),
         "Pass Rate": None if summary.pass_rate is None else f"{summary.pass_rate:.1%}",
         "Tokens Used": f"{summary.total_tokens:,}",
@@ -327,8 +369,7 @@ def info_command(
         "Submitted By": run.creator_name or run.creator_email,
         "Started": _when(run.started_at),
         "Completed": _when(run.completed_at),
-        "Dataset": f"{detail.dataset.name} (version {detail.dataset.version}"
-        + (f", {detail.dataset.rows:,} rows)" if detail.dataset.rows is not None else ")"),
+        "Dataset": _dataset_line(detail),
         "Model": run.model,
         "Rollout": run.rollout,
     }
@@ -359,6 +400,7 @@ def info_command(
             columns=["time", "level", "step", "message"],
             title="Recent logs",
         )
+    out.info(f"View: {url}")
     if run.status == "failed":
         out.info(f"See why: osmosis eval logs {run.name}")
     if run.status not in TERMINAL_STATUSES:
@@ -501,11 +543,17 @@ def retry_command(
             secrets |= resolve([n for n in names if n not in secrets])
             retried = client.retry_eval_run(run.id, secrets=secrets)
     count = retried.retryable_samples
-    message = (
-        f"Retrying {count} failed and skipped samples in {retried.name}."
-        if count
-        else f"Retrying {retried.name} from the start."
-    )
+    # A stopped (or failed) run also resumes the attempts it never ran.
+    unrun = max(0, count - detail.summary.failed - detail.summary.skipped)
+    if not count:
+        message = f"Retrying {retried.name} from the start."
+    elif unrun:
+        message = (
+            f"Retrying {count} samples in {retried.name}: {count - unrun} failed or skipped, "
+            f"{unrun} not run yet."
+        )
+    else:
+        message = f"Retrying {count} failed and skipped samples in {retried.name}."
     out.operation(
         "eval.retry",
         message=message,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis.cli.eval_platform import SecretsFileOption, YesOption
+from osmosis.cli.eval_platform import SecretsFileOption, YesOption, run_url
 
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
@@ -412,10 +412,12 @@ def submit_command(
             _submit_hint(error, experiment.dataset)
             raise
         context = envelope_context(workspace, client)
+        url = run_url(client.base_url, created.name)
     resource = {
         "id": created.id,
         "name": created.name,
         "status": created.status,
+        "url": url,
         "model_name": experiment.model_path,
         "dataset_name": experiment.dataset,
         "created_at": created.created_at.isoformat(),
@@ -438,6 +440,7 @@ def submit_command(
                 "Rollout": experiment.rollout,
                 "Model": experiment.model_path,
                 "Dataset": experiment.dataset,
+                "View": url,
             },
             title="Submitted",
         )
@@ -446,7 +449,11 @@ def submit_command(
         message=f"Submitted evaluation run {created.name}. Next: osmosis eval info "
         f"{created.name}  ·  osmosis eval list",
         resource=resource,
-        next_steps=[{"action": "eval_info", "name": created.name}, {"action": "eval_list"}],
+        next_steps=[
+            {"action": "eval_info", "name": created.name},
+            {"action": "eval_list"},
+            {"action": "open_url", "url": url},
+        ],
     )
 
 

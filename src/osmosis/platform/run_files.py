@@ -13,6 +13,7 @@ ordinary local run directory. Only the download layout is served:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -119,17 +120,47 @@ def _row_of(path: str) -> int | None:
     return None
 
 
-def _layout_files(run_dir: Path) -> Iterator[str]:
-    for name in ("metrics.json", "summary.jsonl", LOG_FILE):
-        if (run_dir / name).is_file() and not (run_dir / name).is_symlink():
+def _layout_files(run_dir: Path, types: Sequence[FileType], rows: RowSpans | None) -> Iterator[str]:
+    """Candidate layout paths of the chosen types. Only the folders those types (and rows)
+    need are listed: a run of 10,000 attempts has as many trajectories and artifact
+    folders, and `eval info` asks for metrics.json alone."""
+    wanted = {
+        "metrics.json": "metrics",
+        "summary.jsonl": "trajectories",
+        LOG_FILE: "logs",
+    }
+    for name, kind in wanted.items():
+        if kind in types and (run_dir / name).is_file() and not (run_dir / name).is_symlink():
             yield name
     for folder in ("trajectories", "artifacts"):
         root = run_dir / folder
-        if not root.is_dir() or root.is_symlink():
+        if folder not in types or not root.is_dir() or root.is_symlink():
             continue
-        for path in sorted(root.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                yield path.relative_to(run_dir).as_posix()
+        with os.scandir(root) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+        for entry in entries:
+            row = _row_of(f"{folder}/{entry.name}")
+            if rows is not None and row is not None and row not in rows:
+                continue
+            if entry.is_symlink():
+                continue
+            if entry.is_file():
+                yield f"{folder}/{entry.name}"
+            elif entry.is_dir():
+                yield from _files_under(entry.path, f"{folder}/{entry.name}")
+
+
+def _files_under(directory: str, prefix: str) -> Iterator[str]:
+    """Regular files below `directory` as `prefix/...` paths, sorted; symlinks are skipped."""
+    with os.scandir(directory) as listing:
+        entries = sorted(listing, key=lambda entry: entry.name)
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        if entry.is_file():
+            yield f"{prefix}/{entry.name}"
+        elif entry.is_dir():
+            yield from _files_under(entry.path, f"{prefix}/{entry.name}")
 
 
 def file_manifest(
@@ -139,7 +170,7 @@ def file_manifest(
     artifacts (every attempt of each row)."""
     files: list[RunFile] = []
     by_type = {kind: TypeTotals(files=0, bytes=0) for kind in types}
-    for path in _layout_files(run_dir):
+    for path in _layout_files(run_dir, types, rows):
         kind = file_type(path)
         if kind is None or kind not in types:
             continue

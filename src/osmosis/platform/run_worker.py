@@ -25,6 +25,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any, cast
 
@@ -282,8 +283,6 @@ class _Worker:
             self.log("the worker was terminated without a stop request", level="warning")
 
     def _finish(self, outcome: _Outcome) -> None:
-        metrics_path = self.dir / "metrics.json"
-        summary = metrics_path.read_text(encoding="utf-8") if metrics_path.is_file() else None
         with self.sessions() as db:
             run = db.get(EvalRun, self.run_id)
             assert run is not None
@@ -293,13 +292,43 @@ class _Worker:
             if run.started_at is not None:
                 elapsed = run.completed_at - run.started_at
                 run.duration_ms = round(elapsed.total_seconds() * 1000, 3)
-            run.summary = json.dumps(json.loads(summary)) if summary else None
+            metrics = _platform_metrics(self.dir / "metrics.json", run)
+            run.summary = json.dumps(metrics) if metrics is not None else None
             run.secrets_ciphertext = None  # values given for this run live only while it runs
             run.retry_failed = False
             run.worker_pid = None
             db.commit()
         remove_checkout(self.settings.home, self.run_id)
         self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
+
+
+def _platform_metrics(path: Path, run: EvalRun) -> dict[str, Any] | None:
+    """The engine's metrics.json with the platform run's identity, status and timing, written
+    back: the engine knows the run by its directory (the id) and says `incomplete` where the
+    platform says `stopped` or `failed`, and users download this file."""
+    if not path.is_file():
+        return None
+    metrics: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    metrics["eval_run"] = {
+        **metrics.get("eval_run", {}),
+        "id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "duration_ms": run.duration_ms,
+        "started_at": _iso(run.started_at),
+        "completed_at": _iso(run.completed_at),
+    }
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+    return metrics
+
+
+def _iso(moment: Any) -> str | None:
+    if moment is None:
+        return None
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return str(aware.isoformat(timespec="milliseconds"))
 
 
 def _message(error: BaseException) -> str:

@@ -375,10 +375,13 @@ def request_stop(db: Session, *, run: EvalRun) -> bool:
 
 
 def retryable_samples(db: Session, *, run: EvalRun) -> int:
+    """What a retry runs: the failed and skipped attempts, and those a stop or a failure left
+    unrun (a stopped run resumes; it does not start over)."""
     query = select(func.count()).where(
         EvalAttempt.run_id == run.id, EvalAttempt.status.in_(("failed", "skipped"))
     )
-    return db.scalar(query) or 0
+    recorded = db.scalar(select(func.count()).where(EvalAttempt.run_id == run.id)) or 0
+    return (db.scalar(query) or 0) + max(0, run.total - recorded)
 
 
 def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping[str, str]) -> int:
