@@ -102,3 +102,13 @@ async def test_a_malformed_submit_is_a_validation_error(api, change):
     response = await api.post("/api/eval-runs", headers=GIT, json=body(**change))
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "VALIDATION"
+
+
+@pytest.mark.parametrize("offset", ["99999999999999999999", "2147483648", "-1"])
+async def test_an_offset_beyond_any_listing_is_a_validation_error_not_a_crash(api, offset):
+    # Unchecked, a number past 64 bits reaches SQLite and overflows there (a 500).
+    response = await api.get(
+        "/api/eval-runs", params={"offset": offset, "all": "true"}, headers=GIT
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "VALIDATION"

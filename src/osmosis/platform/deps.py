@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -13,6 +13,11 @@ from osmosis.platform import workspaces
 from osmosis.platform.db.models import ApiToken, User, Workspace
 from osmosis.platform.errors import AuthRequired, Forbidden
 from osmosis.platform.users import authenticate
+
+# Page offsets stop far beyond any real listing but well inside the databases' 64-bit
+# integers: a larger number would otherwise reach the SQL and overflow there (a 500).
+MAX_OFFSET = 2**31 - 1
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip.")]
 
 # auto_error=False: a missing header is ours to report, in our envelope, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="An osmosis API token (osm_...).")

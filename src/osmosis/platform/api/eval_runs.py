@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse
 
 from osmosis.platform import run_files, run_views, runs, workspaces
 from osmosis.platform.db.run_models import TERMINAL, EvalRun
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db
+from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset
 from osmosis.platform.errors import Conflict
 from osmosis.platform.scheduler import Scheduler
 from osmosis.platform.schemas.runs import (
@@ -75,7 +75,7 @@ def list_eval_runs(
     db: Db,
     user: CurrentUser,
     limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = runs.MAX_PAGE,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     all: Annotated[bool, Query(description="Every workspace of the caller.")] = False,
     x_osmosis_git: Annotated[str | None, Header(alias="X-Osmosis-Git")] = None,
 ) -> EvalRunList:
@@ -203,7 +203,7 @@ def eval_run_attempts(
     db: Db,
     user: CurrentUser,
     limit: Annotated[int, Query(ge=1, le=run_views.MAX_ATTEMPTS_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     status: str | None = None,
     min_reward: float | None = None,
     max_reward: float | None = None,
