@@ -30,6 +30,8 @@ from osmosis.platform.schemas import (
     SecretPublic,
     TokenCreate,
     TokenCreated,
+    TokenList,
+    TokenPublic,
     UserCreate,
     UserCreated,
     UserList,
@@ -168,6 +170,16 @@ class PlatformClient:
     def create_token(self, *, user_id: str, name: str = "default") -> TokenCreated:
         path = f"/api/admin/users/{quote(user_id, safe='')}/tokens"
         return self._call("POST", path, TokenCreated, body=TokenCreate(name=name))
+
+    def list_tokens(self, *, user_id: str) -> TokenList:
+        path = f"/api/admin/users/{quote(user_id, safe='')}/tokens"
+        return self._call("GET", path, TokenList)
+
+    def revoke_token(self, *, token_id: str | None = None) -> TokenPublic:
+        """Revoke a token by id (admin), or with None the token this client presents."""
+        if token_id is None:
+            return self._call("DELETE", "/api/auth/token", TokenPublic)
+        return self._call("DELETE", f"/api/admin/tokens/{quote(token_id, safe='')}", TokenPublic)
 
     # -- workspaces and secrets (`git` is the workspace identity, sent as X-Osmosis-Git) --
     def workspace(self, *, git: str) -> WorkspacePublic:

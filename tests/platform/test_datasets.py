@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,9 +161,16 @@ def test_download_refuses_to_clobber_a_file_without_overwrite(running_platform, 
     cli_json("dataset", "download", "qa", "-o", str(target), "--overwrite", env=env, cwd=tree)
     assert target.read_bytes() == (tree / "qa.jsonl").read_bytes()
 
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    special = cli_error(
+        "dataset", "download", "qa", "-o", str(fifo), "--overwrite", env=env, cwd=tree
+    )
+    assert "not a regular file" in special["message"] and fifo.is_fifo()
+
     nowhere = str(tmp_path / "no" / "x.jsonl")
     missing_dir = cli_error("dataset", "download", "qa", "-o", nowhere, env=env, cwd=tree)
-    assert missing_dir["code"] == "VALIDATION" and "not a directory" in missing_dir["message"]
+    assert missing_dir["code"] == "VALIDATION" and "does not exist" in missing_dir["message"]
 
 
 def test_upload_validates_locally_and_names_every_problem(running_platform, tree):
@@ -214,6 +222,20 @@ def test_a_clash_needs_overwrite_which_adds_a_version_and_keeps_the_old_one(
     assert (repo / "v1.jsonl").read_bytes() == first
     assert api.get("/ver/download").content == second
     assert api.get("/ver", version=3).status_code == 404
+
+
+def test_a_clash_is_reported_before_the_file_is_validated(running_platform, tree):
+    # Validating a large file takes minutes; a forgotten --overwrite must not cost them.
+    (tree / "qa.jsonl").rename(tree / "qa.keep")
+    try:
+        (tree / "qa.jsonl").write_text("not json\n", encoding="utf-8")
+        clash = cli_error("dataset", "upload", "qa.jsonl", env=running_platform.env, cwd=tree)
+    finally:
+        (tree / "qa.keep").replace(tree / "qa.jsonl")
+    assert clash["code"] == "CONFLICT" and "uploaded)" in clash["message"]
+    assert (
+        clash["details"]["existing_dataset_id"] == api_for(running_platform, tree).info("qa")["id"]
+    )
 
 
 def test_the_same_bytes_under_two_names_are_stored_once(running_platform, tmp_path):
@@ -273,6 +295,21 @@ def test_unsafe_names_are_refused_naming_the_rule(running_platform, tree, file_n
     assert answer.status_code == 422
     assert answer.json()["error"]["code"] == "VALIDATION"
     assert rule in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("first, second", [("Case", "case"), ("Ünï", "ünï")])
+def test_names_that_differ_only_in_case_are_one_name(running_platform, tmp_path, first, second):
+    # `Case.jsonl` and `case.jsonl` are one file on macOS and Windows.
+    repo = make_repo(tmp_path)
+    api = api_for(running_platform, repo)
+    assert api.upload(f"{first}.jsonl", rows_jsonl(4)).status_code == 201
+    clash = api.upload(f"{second}.jsonl", rows_jsonl(5))
+    assert clash.status_code == 409, clash.text
+    error = clash.json()["error"]
+    assert error["details"]["existing_name"] == first and "letter case" in error["message"]
+    missing = cli_error("dataset", "info", second, env=running_platform.env, cwd=repo)
+    assert missing["code"] == "NOT_FOUND" and missing["details"]["did_you_mean"] == first
+    assert api.upload(f"{first}.jsonl", rows_jsonl(6), overwrite=True).status_code == 201
 
 
 def test_unsafe_names_are_refused_by_the_cli_and_the_read_routes(running_platform, tree):
@@ -354,11 +391,25 @@ def test_list_pages_with_limit_and_all(running_platform, tmp_path):
     assert [item["name"] for item in everything["items"]] == names
     assert everything["has_more"] is False and everything["next_offset"] is None
 
-    both = cli_error("dataset", "list", "--all", "--limit", "3", env=env, cwd=repo)
-    assert both["code"] == "VALIDATION"
+    both = cli("--json", "dataset", "list", "--all", "--limit", "3", env=env, cwd=repo)
+    assert both.returncode == 2  # a usage error, like any other contradictory options
+    assert json.loads(both.stderr)["error"]["code"] == "VALIDATION"
     assert api.get("", limit=51).status_code == 422
     last = api.get("", limit=50, offset=50).json()
     assert [d["name"] for d in last["datasets"]] == names[50:] and last["has_more"] is False
+
+
+def test_list_and_logs_tables_are_readable_at_80_columns(running_platform, tree):
+    narrow = {**running_platform.env, "COLUMNS": "80"}
+    listing = cli("dataset", "list", env=narrow, cwd=tree).stdout
+    (row,) = [line for line in listing.splitlines() if line.startswith("│ qa ")]
+    # The whole update time and a readable size, not "2026-12-01T05:2…" and a byte count.
+    assert re.search(r"│ \d{4}-\d\d-\d\d \d\d:\d\d │", row) and "…" not in row, listing
+    assert re.search(r"\d+ B ", row), row
+    logs = cli("dataset", "logs", "qa", env=narrow, cwd=tree).stdout
+    assert max(len(line) for line in logs.splitlines()) <= 80
+    # A short local time leaves the message column room ("2026-12-01T05:21:33+00:00" did not).
+    assert re.search(r"│ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d │", logs), logs
 
 
 def test_logs_page_with_a_cursor_oldest_first(running_platform, tree):

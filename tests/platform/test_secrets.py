@@ -99,6 +99,8 @@ def test_list_pages_with_limit_and_all(running_platform, tmp_path):
     assert everything["has_more"] is False and everything["next_offset"] is None
     too_many = cli("--json", "secret", "list", "--limit", "51", env=env, cwd=tree)
     assert too_many.returncode == 2 and "--limit" in json.loads(too_many.stderr)["error"]["message"]
+    both = cli("--json", "secret", "list", "--all", "--limit", "2", env=env, cwd=tree)
+    assert both.returncode == 2 and "--all" in json.loads(both.stderr)["error"]["message"]
 
 
 @pytest.mark.slow
@@ -119,6 +121,20 @@ def test_values_are_never_read_from_argv_or_without_a_terminal(running_platform,
         "secret", "set", "lower_case", "--env", "HOME", env=running_platform.env, cwd=shared_tree
     )
     assert bad["code"] == "VALIDATION"
+    human = cli(
+        "secret", "set", "openai-key", "--env", "HOME", env=running_platform.env, cwd=shared_tree
+    )
+    assert "did you mean OPENAI_KEY?" in human.stderr
+    empty = cli_error(
+        "secret",
+        "set",
+        "NEW_KEY",
+        "--env",
+        "BLANK",
+        env={**running_platform.env, "BLANK": ""},
+        cwd=shared_tree,
+    )
+    assert "--env BLANK" in empty["message"] and "empty" in empty["message"]
     usage = cli("secret", "set", "NEW_KEY", "the-value", env=running_platform.env, cwd=shared_tree)
     assert usage.returncode == 2  # no positional value exists
 

@@ -117,9 +117,27 @@ def test_bad_token_is_auth_required_with_a_hint(running_platform):
     env = clean_env(**{**running_platform.env, "OSMOSIS_TOKEN": "osm_wrong"})
     result = osmosis("auth", "whoami", env=env)
     assert result.returncode == 1
-    assert "not valid" in result.stderr and "osmosis auth login" in result.stderr
+    # Logging in again would not help while OSMOSIS_TOKEN wins: the hint says so.
+    assert "not valid" in result.stderr and "OSMOSIS_TOKEN holds a token" in result.stderr
     as_json = json.loads(osmosis("auth", "whoami", "--json", env=env).stderr)
     assert as_json["error"]["code"] == "AUTH_REQUIRED"
+    assert as_json["error"]["details"]["token_source"] == "OSMOSIS_TOKEN"
+
+
+def test_a_saved_login_whose_token_died_names_the_file_and_how_to_log_in(
+    running_platform, tmp_path
+):
+    config = tmp_path / "cfg"
+    config.mkdir()
+    saved = {"token": "osm_revoked", "user": "ada"}
+    logins = {"current": running_platform.url, "platforms": {running_platform.url: saved}}
+    (config / "credentials.json").write_text(json.dumps(logins))
+    env = clean_env(OSMOSIS_CONFIG_DIR=str(config), OSMOSIS_HOME=str(tmp_path / "none"))
+    result = osmosis("auth", "whoami", env=env)
+    assert result.returncode == 1
+    assert "was rejected" in result.stderr and "osmosis auth login" in result.stderr
+    error = json.loads(osmosis("--json", "auth", "whoami", env=env).stderr)["error"]
+    assert error["details"]["token_source"] == str(config / "credentials.json")
 
 
 def test_login_saves_an_owner_only_token_and_logout_forgets_it(running_platform, tmp_path):
@@ -146,6 +164,67 @@ def test_login_saves_an_owner_only_token_and_logout_forgets_it(running_platform,
     assert json.loads(saved.read_text())["platforms"] == {}
     again = osmosis("--json", "auth", "whoami", "--platform", running_platform.url, env=env)
     assert json.loads(again.stderr)["error"]["code"] == "AUTH_REQUIRED"
+
+
+def test_a_revoked_token_is_refused_at_once_and_logout_can_revoke(running_platform, tmp_path):
+    env = running_platform.env
+    created = osmosis_json("admin", "user", "create", "rev", env=env)["resource"]
+    as_rev = clean_env(**{**env, "OSMOSIS_TOKEN": created["token"]})
+    assert osmosis_json("auth", "whoami", env=as_rev)["data"]["user"] == "rev"
+
+    tokens = osmosis_json("admin", "token", "list", created["id"], env=env)["items"]
+    assert [(t["name"], t["revoked_at"]) for t in tokens] == [("default", None)]
+    assert "token" not in tokens[0]  # metadata only, never the secret
+    unconfirmed = json.loads(
+        osmosis("--json", "admin", "token", "revoke", tokens[0]["id"], env=env).stderr
+    )["error"]
+    assert unconfirmed["code"] == "INTERACTIVE_REQUIRED"
+    revoked = osmosis_json("admin", "token", "revoke", tokens[0]["id"], "-y", env=env)
+    assert revoked["resource"]["revoked_at"] is not None
+    refused = osmosis("--json", "auth", "whoami", env=as_rev)
+    assert json.loads(refused.stderr)["error"]["code"] == "AUTH_REQUIRED"
+
+    # logout --revoke: the saved token is refused by the platform, not only forgotten.
+    issued = osmosis_json("admin", "token", "create", created["id"], "--name", "laptop", env=env)
+    secret = issued["resource"]["token"]
+    mine = clean_env(OSMOSIS_CONFIG_DIR=str(tmp_path / "cfg"), OSMOSIS_HOME=str(tmp_path / "no"))
+    osmosis_json("auth", "login", "--token", secret, "--platform", running_platform.url, env=mine)
+    out = osmosis_json("auth", "logout", "--revoke", env=mine)
+    assert out["resource"] == {**out["resource"], "removed": True, "revoked": True}
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert httpx.get(f"{running_platform.url}/api/auth/whoami", headers=headers).status_code == 401
+
+
+def test_bad_user_input_names_each_field_and_rule_without_a_traceback(running_platform):
+    env = running_platform.env
+    bad = osmosis("admin", "user", "create", "bad name", "--email", "nope", env=env)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    error = json.loads(
+        osmosis("--json", "admin", "user", "create", "bad name", "--email", "nope", env=env).stderr
+    )["error"]
+    assert error["code"] == "VALIDATION"
+    name_problem, email_problem = error["details"]["problems"]
+    assert "'bad name'" in name_problem and "starts with a letter or digit" in name_problem
+    assert email_problem.startswith("email")
+    token = json.loads(
+        osmosis("--json", "admin", "token", "create", "u1", "--name", "a b", env=env).stderr
+    )
+    assert token["error"]["code"] == "VALIDATION"
+
+    osmosis_json("admin", "user", "create", "dup", env=env)
+    taken = json.loads(osmosis("--json", "admin", "user", "create", "dup", env=env).stderr)
+    assert taken["error"]["code"] == "CONFLICT" and "'dup'" in taken["error"]["message"]
+
+
+def test_the_last_live_admin_token_cannot_be_revoked(local_platform):
+    from osmosis.platform import users
+    from osmosis.platform.db.models import ApiToken
+    from osmosis.platform.errors import Conflict
+
+    with local_platform.app.state.sessions() as db:
+        (only,) = db.query(ApiToken).all()
+        with pytest.raises(Conflict, match="last live admin token"):
+            users.revoke_token(db, token_id=only.id)
 
 
 def test_login_with_a_bad_token_saves_nothing(running_platform, tmp_path):

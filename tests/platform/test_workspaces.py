@@ -72,6 +72,8 @@ def test_the_first_use_creates_the_workspace_with_its_user_as_owner(running_plat
     assert info["workspace_directory"] == str(tree.resolve())
     again = cli_json("workspace", "info", env=running_platform.env, cwd=tree)["data"]
     assert again["id"] == info["id"]
+    shown = cli("workspace", "info", env={**running_platform.env, "COLUMNS": "80"}, cwd=tree)
+    assert "admin (owner)" in shown.stdout and '"user_id"' not in shown.stdout
 
 
 def test_outsiders_get_the_same_404_as_for_a_workspace_that_does_not_exist(
@@ -119,7 +121,7 @@ def test_a_member_adds_a_user_who_then_sees_the_workspace(running_platform, tmp_
     twice = cli_error("workspace", "member", "add", "bea@example.com", env=as_bea, cwd=tree)
     assert twice["code"] == "CONFLICT"
     unknown = cli_error("workspace", "member", "add", "nobody@example.com", env=as_bea, cwd=tree)
-    assert unknown["code"] == "NOT_FOUND"
+    assert unknown["code"] == "NOT_FOUND" and "nobody@example.com" in unknown["message"]
 
 
 def test_workspace_routes_need_the_git_header(running_platform):
@@ -168,6 +170,17 @@ def test_doctor_lists_every_missing_directory_and_fix_creates_them(tmp_path):
     ok = cli_json("doctor", env=env, cwd=tree / "data")
     assert ok["resource"]["missing"] == [] and ok["resource"]["created"] == []
     assert ok["resource"]["workspace_directory"] == str(tree.resolve())
+
+
+def test_doctor_without_an_origin_checks_the_layout_and_says_what_origin_is_for(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    fixed = cli("doctor", "--fix", env=clean_env(), cwd=tree)
+    assert fixed.returncode == 0 and (tree / "rollouts").is_dir()
+    warning = " ".join(fixed.stderr.split())
+    assert "no `origin` remote" in warning and "platform commands need one" in warning
+    assert "(hint:" not in warning
 
 
 def test_doctor_outside_a_repository_is_workspace_required(tmp_path):

@@ -55,19 +55,46 @@ def login(
 
 
 @app.command("logout")
-def logout() -> None:
-    """Forget the saved token for the platform (the server-side token stays valid)."""
-    from osmosis.cli.credentials import forget_login, resolve
+def logout(
+    revoke: bool = typer.Option(
+        False, "--revoke", help="Also revoke the saved token on the platform, everywhere."
+    ),
+) -> None:
+    """Forget the saved token for the platform; with --revoke the platform refuses it too
+    (otherwise it stays valid wherever else it is used)."""
+    from osmosis.cli.credentials import (
+        allow_insecure_http,
+        as_cli_error,
+        forget_login,
+        load_logins,
+        resolve,
+    )
     from osmosis.cli.main import output
+    from osmosis.client import PlatformAPIError, PlatformClient
 
     out = output()
     url = resolve(None, os.environ).url
+    saved = load_logins(os.environ)["platforms"].get(url)
+    if revoke and isinstance(saved, dict) and saved.get("token"):
+        # Revoke first: if the platform cannot be reached, the login stays to retry with.
+        try:
+            with PlatformClient(
+                url, str(saved["token"]), allow_insecure_http=allow_insecure_http(os.environ)
+            ) as client:
+                client.revoke_token()
+        except PlatformAPIError as error:
+            if error.status_code != 401:  # a 401: the token is dead already
+                raise as_cli_error(error) from None
     removed = forget_login(os.environ, url=url)
     if os.environ.get("OSMOSIS_TOKEN"):
         out.warn("OSMOSIS_TOKEN is set and still provides a token")
     message = f"Logged out of {url}." if removed else f"No saved login for {url}."
+    if removed and revoke:
+        message = f"Logged out of {url} and revoked the token."
     out.operation(
-        "auth.logout", message=message, resource={"platform_url": url, "removed": removed}
+        "auth.logout",
+        message=message,
+        resource={"platform_url": url, "removed": removed, "revoked": removed and revoke},
     )
 
 

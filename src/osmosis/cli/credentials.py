@@ -19,11 +19,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError, PlatformClient
+
+_Body = TypeVar("_Body", bound="BaseModel")
 
 DEFAULT_CONFIG_DIR = Path("~/.osmosis")
 DEFAULT_HOME = Path("~/.osmosis/platform")
@@ -166,7 +170,44 @@ def as_cli_error(error: PlatformAPIError) -> CLIError:
     details = {**error.details}
     if error.status_code:
         details.setdefault("status_code", error.status_code)
-    return CLIError(error.message, code=error.code, details=details, hint=hints.get(error.code))
+    hint = hints.get(error.code)
+    if error.status_code == 401:
+        # A rejected token: say which one, or the user re-logs in while OSMOSIS_TOKEN (or a
+        # stale saved login) keeps sending the same dead token.
+        source = resolve(None, os.environ).token_source
+        if source is not None:
+            details.setdefault("token_source", source)
+            hint = (
+                "OSMOSIS_TOKEN holds a token the platform rejects: unset it or set a valid one"
+                if source == "OSMOSIS_TOKEN"
+                else f"the token from {source} was rejected; {LOGIN_HINT}"
+            )
+    return CLIError(error.message, code=error.code, details=details, hint=hint)
+
+
+def request_body(model: type[_Body], **fields: Any) -> _Body:
+    """`model(**fields)`, or a VALIDATION `CLIError` naming every bad field and its rule, so
+    a typo never reaches the platform (or a traceback reaches the user).
+
+        body = request_body(UserCreate, name="ada", email=None)
+    """
+    from pydantic import ValidationError
+
+    from osmosis.cli.output import CLIError
+
+    try:
+        return model(**fields)
+    except ValidationError as error:
+        problems = []
+        for issue in error.errors():
+            field = ".".join(str(part) for part in issue["loc"]) or "body"
+            info = model.model_fields.get(str(issue["loc"][0])) if issue["loc"] else None
+            # A field's description states its rule better than a regular expression does.
+            if issue["type"] == "string_pattern_mismatch" and info and info.description:
+                problems.append(f"{field} {issue['input']!r}: {info.description.rstrip('.')}")
+            else:
+                problems.append(f"{field}: {issue['msg']}")
+        raise CLIError("invalid " + "; ".join(problems), details={"problems": problems}) from None
 
 
 @contextmanager

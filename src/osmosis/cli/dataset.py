@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Validate and manage datasets.", no_args_is_help=True)
 
-CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
 DEFAULT_LIMIT = 50
 _RULES_HINT = (
     "A dataset is a .csv, .jsonl or .parquet file with at least 4 rows and either user_prompt "
@@ -85,27 +84,37 @@ def upload(
     runs keep reading the version they started with.
     """
     from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import git_context
     from osmosis.client import PlatformAPIError
 
     out = output()
     name = _check_name(file.stem, what=f"the file name {file.name}")
-    info = _validated(file)  # every problem, before anything leaves the machine
-    for warning in info.warnings:
-        out.warn(warning)
     with _session(name, check=False) as (workspace, client):
-        existing = None
-        if overwrite and not yes:
-            try:
-                existing = client.dataset_info(git=workspace.identity, name=name)
-            except PlatformAPIError as error:
-                if error.code != "NOT_FOUND":
-                    raise
-        if existing is not None:
-            _confirm(
+        # Ask about the name first: validating a large file takes minutes, and a clash (or a
+        # platform that is down) would only be reported after them.
+        try:
+            existing: DatasetPublic | None = client.dataset_info(git=workspace.identity, name=name)
+        except PlatformAPIError as error:
+            if error.code != "NOT_FOUND":
+                raise
+            existing = None
+        if existing is not None and existing.status != "error" and not overwrite:
+            raise CLIError(
+                f"dataset {name} already exists in workspace {workspace.identity} "
+                f"(version {existing.version}, {existing.status})",
+                code="CONFLICT",
+                details={"existing_dataset_id": existing.id, "name": name},
+                hint="pass --overwrite to upload a new version (earlier versions are kept)",
+            )
+        info = _validated(file)  # every problem, before anything leaves the machine
+        for warning in info.warnings:
+            out.warn(warning)
+        if existing is not None and overwrite:
+            out.confirm(
                 f"Dataset {name} exists (version {existing.version}, {existing.status}). "
                 f"Upload {file} as version {existing.version + 1}?",
-                interactive=out.interactive,
+                yes=yes,
             )
         out.info(f"Uploading {file} ({info.size:,} bytes) as dataset {name}...")
         dataset = client.upload_dataset(
@@ -133,23 +142,26 @@ def list_datasets(
 ) -> None:
     """List this workspace's datasets with their newest version's status."""
     from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import byte_size, short_time
+    from osmosis.cli.paging import check_limit, collect
     from osmosis.cli.workspace import git_context
 
-    if all_pages and limit != DEFAULT_LIMIT:
-        raise CLIError("--all and --limit cannot be used together", hint="use one of them")
-    items: list[dict[str, Any]] = []
+    check_limit(limit, everything=all_pages)
     with _session(None) as (workspace, client):
-        page = client.list_datasets(git=workspace.identity, limit=limit)
-        items += [_row(dataset) for dataset in page.datasets]
-        while all_pages and page.next_offset is not None:
-            page = client.list_datasets(
-                git=workspace.identity, limit=DEFAULT_LIMIT, offset=page.next_offset
-            )
-            items += [_row(dataset) for dataset in page.datasets]
+        page = collect(
+            lambda limit, offset: client.list_datasets(
+                git=workspace.identity, limit=limit, offset=offset
+            ),
+            items=lambda page: page.datasets,
+            limit=limit,
+            everything=all_pages,
+        )
+    items = [_row(dataset) for dataset in page.items]
     output().listing(
         items,
         columns=["name", "status", "version", "format", "rows", "size_bytes", "updated_at"],
+        headers={"version": "Ver", "size_bytes": "Size", "updated_at": "Updated"},
+        cells={"size_bytes": byte_size, "updated_at": short_time},
         title=f"Datasets of {workspace.identity}",
         total_count=page.total_count,
         has_more=page.has_more,
@@ -223,6 +235,13 @@ def download(
     with _session(name) as (workspace, client):
         dataset = client.dataset_info(git=workspace.identity, name=name, version=version)
         target = _target(output_path, dataset.file_name)
+        if target.exists() and not target.is_file():
+            # The download is renamed over the target: a device or a FIFO would be replaced.
+            raise CLIError(
+                f"{target} exists and is not a regular file",
+                details={"path": str(target)},
+                hint="pass -o with a file or directory path",
+            )
         if target.exists() and not overwrite:
             raise CLIError(
                 f"{target} already exists",
@@ -257,6 +276,7 @@ def logs(
 ) -> None:
     """Show a dataset's processing logs, oldest first."""
     from osmosis.cli.main import output
+    from osmosis.cli.output import short_time
 
     with _session(name) as (workspace, client):
         page = client.dataset_logs(git=workspace.identity, name=name, limit=limit, cursor=cursor)
@@ -273,6 +293,9 @@ def logs(
             for line in page.logs
         ],
         columns=["timestamp", "version", "level", "step", "message"],
+        # At 80 columns the message needs the room more than the headers do.
+        headers={"timestamp": "Time", "version": "Ver"},
+        cells={"timestamp": lambda value: short_time(value, seconds=True)},
         title=f"Logs of dataset {name}",
         has_more=page.next_cursor is not None,
         context={"next_cursor": page.next_cursor},
@@ -316,7 +339,9 @@ def _validated(file: Path) -> DatasetInfo:
             "total_problems": error.total,
             "warnings": [],
         }
-        raise CLIError(str(error), code="VALIDATION", details=details, hint=_RULES_HINT) from None
+        # The format rules are no help when there is no file to apply them to.
+        hint = _RULES_HINT if file.is_file() else f"check the path: {file.absolute()}"
+        raise CLIError(str(error), code="VALIDATION", details=details, hint=hint) from None
 
 
 def _check_name(name: str, *, what: str) -> str:
@@ -346,21 +371,15 @@ def _target(output_path: Path | None, file_name: str) -> Path:
         return Path.cwd() / file_name
     if output_path.is_dir():
         return output_path / file_name
-    if not output_path.parent.is_dir():
+    parent = output_path.parent
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
         raise CLIError(
-            f"cannot write {output_path}: {output_path.parent} is not a directory",
+            f"cannot write {output_path}: {parent} {why}",
             details={"path": str(output_path)},
+            hint=f"mkdir -p {parent}" if not parent.exists() else None,
         )
     return output_path
-
-
-def _confirm(prompt: str, *, interactive: bool) -> None:
-    from osmosis.cli.output import CLIError
-
-    if not interactive:
-        raise CLIError(CONFIRM_HINT, code="INTERACTIVE_REQUIRED", details={"prompt": prompt})
-    if not typer.confirm(prompt, default=False):
-        raise typer.Abort()
 
 
 def _cli_error(error: PlatformAPIError, name: str | None) -> CLIError:

@@ -36,7 +36,7 @@ def doctor(
     except WorkspaceError as error:
         # The layout can be checked without an origin; only platform commands need one.
         identity = None
-        out.warn(f"{error.message} (hint: {error.hint})")
+        out.warn(f"{error.message}; platform commands need one: {error.hint}")
     required = [f"{name}/" for name in REQUIRED_DIRS]
     missing = [f"{name}/" for name in missing_dirs(top)]
     if missing and not fix:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TextIO
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 SCHEMA_VERSION = 1
+CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
 
 
 class Mode(StrEnum):
@@ -88,6 +89,23 @@ class Output:
     def interactive(self) -> bool:
         return self.mode is Mode.RICH and self.console.is_terminal and sys.stdin.isatty()
 
+    def confirm(self, prompt: str, *, yes: bool, details: Mapping[str, Any] | None = None) -> None:
+        """Ask `prompt` (default No); `yes` skips it. Without a terminal (or in --json and
+        --plain) nothing is asked: the command fails with INTERACTIVE_REQUIRED, echoing the
+        prompt in `details`. A No is a `typer.Abort` (exit 130)."""
+        if yes:
+            return
+        if not self.interactive:
+            raise CLIError(
+                CONFIRM_HINT,
+                code="INTERACTIVE_REQUIRED",
+                details={"prompt": prompt, **(details or {})},
+            )
+        import typer
+
+        if not typer.confirm(prompt, default=False):
+            raise typer.Abort()
+
     # -- envelopes -------------------------------------------------------------------------
     def _write_json(self, payload: Mapping[str, Any], stream: TextIO | None = None) -> None:
         text = json.dumps({"schema_version": SCHEMA_VERSION, **payload}, default=str)
@@ -129,8 +147,14 @@ class Output:
         has_more: bool = False,
         next_offset: int | None = None,
         context: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        cells: Mapping[str, Callable[[Any], str]] | None = None,
     ) -> None:
-        """Many resources: a table, tab-separated rows, or the list envelope."""
+        """Many resources: a table, tab-separated rows, or the list envelope.
+
+        `headers` and `cells` shape the rich table only (a shorter title, "313 B" for a byte
+        count), so it stays readable at 80 columns; JSON and plain keep the raw values.
+        """
         if self.mode is Mode.JSON:
             self._write_json(
                 {
@@ -148,13 +172,15 @@ class Output:
             return
         from rich.table import Table
 
+        headers, cells = headers or {}, cells or {}
         table = Table(title=title)
         for position, column in enumerate(columns):
             # The first column names the thing (a run, a dataset): it is what users copy
             # into the next command, so it is never cut; the other columns give way.
-            table.add_column(column.replace("_", " ").title(), no_wrap=position == 0)
+            header = headers.get(column, column.replace("_", " ").title())
+            table.add_column(header, no_wrap=position == 0)
         for item in items:
-            table.add_row(*(_plain(item.get(c)) for c in columns))
+            table.add_row(*(cells.get(c, _plain)(item.get(c)) for c in columns))
         self.console.print(table)
 
     def operation(
@@ -209,8 +235,43 @@ class Output:
         self.err_console.print(
             f"error: {error.message}", markup=False, highlight=False, style="red"
         )
+        # What the JSON envelope carries in `details` must reach a terminal user too: the
+        # question a confirmation would have asked, and problems the message only counts.
+        prompt = error.details.get("prompt")
+        if isinstance(prompt, str):
+            self.err_console.print(f"  {prompt}", markup=False, highlight=False)
+        problems = error.details.get("problems")
+        if isinstance(problems, list):
+            for problem in problems:
+                if isinstance(problem, str) and problem not in error.message:
+                    self.err_console.print(f"  {problem}", markup=False, highlight=False)
         if error.hint:
             self.err_console.print(f"hint: {error.hint}", markup=False, highlight=False)
+
+
+def short_time(value: Any, *, seconds: bool = False) -> str:
+    """An ISO timestamp as local `YYYY-MM-DD HH:MM[:SS]` for a table cell (`-` if absent)."""
+    from datetime import UTC, datetime
+
+    if not value:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def byte_size(value: Any) -> str:
+    """A byte count as `313 B`, `4.2 KB`, `1.3 GB` for a table cell."""
+    if not isinstance(value, int):
+        return _plain(value)
+    size, units = float(value), ["B", "KB", "MB", "GB", "TB"]
+    while size >= 1000 and len(units) > 1:
+        size /= 1000
+        units.pop(0)
+    return f"{value} B" if units[0] == "B" else f"{size:.1f} {units[0]}"
 
 
 def _plain(value: Any) -> str:

@@ -12,6 +12,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 MAX_PAGE = 50  # the platform's largest page
+DEFAULT_LIMIT = MAX_PAGE
+
+
+def check_limit(limit: int, *, everything: bool) -> None:
+    """`--all` and a chosen `--limit` contradict each other: a usage error (exit 2)."""
+    if everything and limit != DEFAULT_LIMIT:
+        from osmosis.cli.output import CLIError
+
+        raise CLIError(
+            f"--all and --limit {limit} cannot be used together",
+            details={"limit": limit, "all": True},
+            hint="--all lists everything; --limit N shows the first N (1-50)",
+            exit_code=2,
+        )
 
 
 class _Paged(Protocol):

@@ -18,8 +18,6 @@ import typer
 
 app = typer.Typer(help="Manage workspace and personal secrets.", no_args_is_help=True)
 
-CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
-
 
 class Scope(StrEnum):
     personal = "personal"
@@ -45,11 +43,15 @@ def _check_name(name: str) -> None:
     from osmosis.platform.schemas import SECRET_NAME_MAX, SECRET_NAME_PATTERN
 
     if not (1 <= len(name) <= SECRET_NAME_MAX) or not re.match(SECRET_NAME_PATTERN, name):
+        # `openai-api-key` most likely means OPENAI_API_KEY: offer it when that is valid.
+        suggestion = name.upper().replace("-", "_")
+        usable = len(suggestion) <= SECRET_NAME_MAX and re.match(SECRET_NAME_PATTERN, suggestion)
         raise CLIError(
-            f"invalid secret name {name!r}: use A-Z, 0-9 and _, starting with a letter",
+            f"invalid secret name {name!r}: use A-Z, 0-9 and _, starting with a letter "
+            f"(at most {SECRET_NAME_MAX} characters)",
             code="VALIDATION",
             details={"name": name[:SECRET_NAME_MAX], "pattern": SECRET_NAME_PATTERN},
-            hint="for example OPENAI_API_KEY",
+            hint=f"did you mean {suggestion}?" if usable else "for example OPENAI_API_KEY",
         )
 
 
@@ -84,7 +86,12 @@ def _read_value(name: str, env_var: str | None, *, interactive: bool) -> str:
             hint=f"osmosis secret set {name} --env VARIABLE_HOLDING_THE_VALUE",
         )
     if not value:
-        raise CLIError("the secret value is empty", code="VALIDATION", details={"name": name})
+        source = f"--env {env_var}: the variable is set but" if env_var else "the value"
+        raise CLIError(
+            f"{source} is empty; a secret needs a value",
+            code="VALIDATION",
+            details={"name": name, "env": env_var},
+        )
     return value
 
 
@@ -125,9 +132,11 @@ def list_secrets(
     """List secret names (never values) visible to you in this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
-    from osmosis.cli.paging import collect
+    from osmosis.cli.output import short_time
+    from osmosis.cli.paging import check_limit, collect
     from osmosis.cli.workspace import current_workspace, git_context
 
+    check_limit(limit, everything=everything)
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
         page = collect(
@@ -141,6 +150,8 @@ def list_secrets(
     output().listing(
         [_row(secret) for secret in page.items],
         columns=["name", "scope", "updated_at", "updated_by"],
+        headers={"updated_at": "Updated"},
+        cells={"updated_at": short_time},
         title=f"Secrets of {workspace.identity}",
         total_count=page.total_count,
         has_more=page.has_more,
@@ -189,14 +200,7 @@ def delete_secret(
                 details={"name": name, "scope": scope.value},
                 hint=hint,
             )
-        prompt = f"Delete {scope.value} secret {name} from {workspace.identity}?"
-        if not yes:
-            if not out.interactive:
-                raise CLIError(
-                    CONFIRM_HINT, code="INTERACTIVE_REQUIRED", details={"prompt": prompt}
-                )
-            if not typer.confirm(prompt, default=False):
-                raise typer.Abort()
+        out.confirm(f"Delete {scope.value} secret {name} from {workspace.identity}?", yes=yes)
         secret = client.delete_secret(git=workspace.identity, name=name, scope=wire)
     out.operation(
         "secret.delete",

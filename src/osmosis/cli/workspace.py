@@ -49,25 +49,32 @@ def info() -> None:
     """Show this repository's workspace and its members (creates it on first use)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
+    from osmosis.cli.output import Mode
+    from osmosis.workspace import redact_url
 
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
         public = client.workspace(git=workspace.identity)
-    output().detail(
-        {
-            "identity": public.identity,
-            "id": public.id,
-            "role": public.role,
-            "created_by": public.created_by,
-            "created_at": public.created_at.isoformat(),
-            "members": [
-                {"name": m.name, "email": m.email, "role": m.role, "user_id": m.user_id}
-                for m in public.members
-            ],
-            **git_context(workspace, client.base_url),
-        },
-        title="Workspace",
-    )
+    out = output()
+    data: dict[str, Any] = {
+        "identity": public.identity,
+        "id": public.id,
+        "role": public.role,
+        "created_by": public.created_by,
+        "created_at": public.created_at.isoformat(),
+        "members": [
+            {"name": m.name, "email": m.email, "role": m.role, "user_id": m.user_id}
+            for m in public.members
+        ],
+        **git_context(workspace, client.base_url),
+    }
+    if out.mode is not Mode.JSON:
+        # A person reads names and roles, not a JSON dump of each member.
+        data["members"] = ", ".join(
+            f"{m.name}{f' <{m.email}>' if m.email else ''} ({m.role})" for m in public.members
+        )
+        data["git"] = redact_url(workspace.remote_url)
+    out.detail(data, title="Workspace")
 
 
 @member_app.command("add")
@@ -75,11 +82,13 @@ def add_member(
     user: str = typer.Argument(..., help="The user's email address or id."),
 ) -> None:
     """Add an existing platform user to this repository's workspace."""
-    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
+    from osmosis.platform.schemas import MemberAdd
 
     workspace = current_workspace()
     by = {"email": user} if "@" in user else {"user_id": user}
+    request_body(MemberAdd, **by)
     with platform_errors(), open_client(None) as client:
         public = client.add_workspace_member(git=workspace.identity, **by)
     output().operation(

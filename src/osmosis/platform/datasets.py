@@ -132,6 +132,14 @@ def start_upload(
         )
     dataset = _find(db, workspace=workspace, name=name)
     if dataset is None:
+        twin = _case_twin(db, workspace=workspace, name=name)
+        if twin is not None:
+            # `qa` and `QA` would be one file on macOS and Windows (downloads, `data/<name>`).
+            raise Conflict(
+                f"dataset {name} differs only in letter case from the existing dataset "
+                f"{twin}; rename the file, or upload it as {twin}.{kind} with --overwrite",
+                details={"name": name, "existing_name": twin, "field": "file_name"},
+            )
         dataset = Dataset(
             workspace_id=workspace.id, name=name, created_by=user.id, created_at=utcnow()
         )
@@ -322,11 +330,27 @@ def _find(db: Session, *, workspace: Workspace, name: str) -> Dataset | None:
     )
 
 
+def _case_twin(db: Session, *, workspace: Workspace, name: str) -> str | None:
+    """The name of another dataset of `workspace` equal to `name` ignoring case, if any."""
+    # Compared in Python: SQL lower() folds only ASCII on SQLite.
+    folded = name.casefold()
+    names = db.scalars(select(Dataset.name).where(Dataset.workspace_id == workspace.id))
+    return next((other for other in names if other != name and other.casefold() == folded), None)
+
+
 def get_dataset(db: Session, *, workspace: Workspace, name: str) -> Dataset:
-    """The dataset `name` of `workspace`, or `NotFound`."""
+    """The dataset `name` of `workspace`, or `NotFound` (naming a dataset that differs only
+    in case, when there is one)."""
     check_name(name)
     dataset = _find(db, workspace=workspace, name=name)
     if dataset is None:
+        twin = _case_twin(db, workspace=workspace, name=name)
+        if twin is not None:
+            raise NotFound(
+                f"no dataset {name} in this workspace; did you mean {twin}? (names are "
+                "case-sensitive)",
+                details={"name": name, "did_you_mean": twin},
+            )
         raise NotFound(
             f"no dataset {name} in this workspace",
             details={"name": name, "hint": "osmosis dataset list shows the names"},

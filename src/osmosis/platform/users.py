@@ -50,8 +50,8 @@ def create_user(db: Session, *, name: str, email: str | None, is_admin: bool) ->
     clash = User.name == name if email is None else (User.name == name) | (User.email == email)
     taken = db.scalar(select(User).where(clash).limit(1))
     if taken is not None:
-        field = "name" if taken.name == name else "email"
-        raise Conflict(f"a user with this {field} already exists", details={"field": field})
+        field, value = ("name", name) if taken.name == name else ("email", email)
+        raise Conflict(f"a user with {field} {value!r} already exists", details={"field": field})
     user = User(name=name, email=email, is_admin=is_admin, created_at=utcnow())
     db.add(user)
     try:
@@ -80,6 +80,38 @@ def create_token(db: Session, *, user: User, name: str) -> IssuedToken:
     db.add(token)
     db.flush()
     return IssuedToken(token=token, secret=secret)
+
+
+def list_tokens(db: Session, *, user: User) -> list[ApiToken]:
+    """`user`'s tokens, oldest first, revoked ones included (their `revoked_at` says so)."""
+    query = select(ApiToken).where(ApiToken.user_id == user.id)
+    return list(db.scalars(query.order_by(ApiToken.created_at, ApiToken.id)))
+
+
+def revoke_token(db: Session, *, token_id: str) -> ApiToken:
+    """Revoke a token at once (every later request with it is a 401); revoking it again
+    changes nothing. Refused when it is the last live token of any admin: nobody could
+    create users or tokens any more."""
+    token = db.get(ApiToken, token_id)
+    if token is None:
+        raise NotFound(f"no token with id {token_id!r}", details={"token_id": token_id})
+    if token.revoked_at is not None:
+        return token
+    if token.user.is_admin:
+        others = db.scalar(
+            select(func.count())
+            .select_from(ApiToken)
+            .join(User, User.id == ApiToken.user_id)
+            .where(User.is_admin, ApiToken.revoked_at.is_(None), ApiToken.id != token.id)
+        )
+        if not others:
+            raise Conflict(
+                "this is the last live admin token; issue another admin token first",
+                details={"token_id": token_id},
+            )
+    token.revoked_at = utcnow()
+    db.flush()
+    return token
 
 
 def authenticate(db: Session, *, secret: str) -> ApiToken | None:

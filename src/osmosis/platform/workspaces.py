@@ -101,7 +101,11 @@ def add_member(
     else:
         user = db.scalar(select(User).where(User.email == email))
     if user is None:
-        raise NotFound("no such user", details={"user_id": user_id, "email": email})
+        named = f"with email {email}" if email is not None else f"with id {user_id!r}"
+        raise NotFound(
+            f"no user {named}; an admin creates users (osmosis admin user create)",
+            details={"user_id": user_id, "email": email},
+        )
     if membership(db, workspace_id=workspace.id, user_id=user.id) is not None:
         raise Conflict(
             f"user {user.name!r} is already a member of this workspace",

@@ -11,6 +11,8 @@ from osmosis.platform.deps import AdminUser, Db
 from osmosis.platform.schemas import (
     TokenCreate,
     TokenCreated,
+    TokenList,
+    TokenPublic,
     UserCreate,
     UserCreated,
     UserList,
@@ -63,3 +65,21 @@ def create_token(user_id: str, body: TokenCreate, db: Db, admin: AdminUser) -> T
     issued = users.create_token(db, user=user, name=body.name)
     db.commit()
     return _created(issued)
+
+
+@router.get("/users/{user_id}/tokens")
+def list_tokens(user_id: str, db: Db, admin: AdminUser) -> TokenList:
+    """A user's tokens: names, dates, last use and revocation; never their secrets."""
+    user = users.get_user(db, user_id=user_id)
+    return TokenList(
+        tokens=[TokenPublic.model_validate(t) for t in users.list_tokens(db, user=user)]
+    )
+
+
+@router.delete("/tokens/{token_id}")
+def revoke_token(token_id: str, db: Db, admin: AdminUser) -> TokenPublic:
+    """Revoke any user's token; requests made with it fail with 401 from now on."""
+    token = users.revoke_token(db, token_id=token_id)
+    public = TokenPublic.model_validate(token)
+    db.commit()
+    return public

@@ -27,6 +27,7 @@ Email = Annotated[
         min_length=3,
         max_length=320,
         pattern=r"^[^@\s]+@[^@\s]+$",
+        description="An email address: name@domain, no spaces.",
         examples=["ada@example.com"],
     ),
 ]
@@ -72,6 +73,12 @@ class TokenPublic(_Model):
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+
+
+class TokenList(_Model):
+    """A user's tokens (metadata only), oldest first."""
+
+    tokens: list[TokenPublic]
 
 
 class TokenCreated(_Model):
