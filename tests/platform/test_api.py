@@ -282,3 +282,15 @@ def test_postgresql_without_its_driver_or_server_is_a_clear_error(tmp_path):
     assert "hunter2" not in message
     # Without psycopg the fix is named; with it, nothing listens on port 1.
     assert "install osmosis[postgres]" in message or "cannot use the database" in message
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/admin/users", "/api/secrets", "/api/datasets", "/api/eval-runs"]
+)
+async def test_every_listing_refuses_an_offset_past_what_the_database_can_hold(api, path):
+    headers = {"X-Osmosis-Git": "example-org/ws"}
+    fine = await api.get(path, params={"offset": 2**31 - 1}, headers=headers)
+    assert fine.status_code == 200, fine.text
+    huge = await api.get(path, params={"offset": 10**20}, headers=headers)
+    assert huge.status_code == 422, huge.text
+    assert envelope(huge)["code"] == "VALIDATION"

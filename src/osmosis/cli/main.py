@@ -136,9 +136,34 @@ def _split_global_flags(argv: Sequence[str]) -> GlobalOptions:
         else:
             value = inline if has_value else next(items, None)
             if not value:
-                raise CLIError(f"{flag} needs a value", hint=_VALUE_HINTS[flag])
+                raise CLIError(f"{flag} needs a value", hint=_VALUE_HINTS[flag], exit_code=2)
             values[_GLOBAL_VALUES[flag]] = value
     return GlobalOptions(args=rest, mode=mode, **values)
+
+
+def _command_path(args: Sequence[str]) -> str:
+    """The command named on the line ("dataset upload", "admin user create"), without the
+    arguments and option values that follow it: the `command` of a JSON error envelope."""
+    path: list[str] = []
+    node = app
+    for arg in args:
+        groups = {
+            group.name: group.typer_instance
+            for group in node.registered_groups
+            if group.typer_instance is not None
+        }
+        commands = {
+            command.name or getattr(command.callback, "__name__", "").replace("_", "-")
+            for command in node.registered_commands
+        }
+        if arg in groups:
+            path.append(arg)
+            node = groups[arg]
+            continue
+        if arg in commands:
+            path.append(arg)
+        break
+    return " ".join(path)
 
 
 def load_env_file(path: str, environ: MutableMapping[str, str]) -> None:
@@ -160,13 +185,15 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     """Run the CLI and return its exit code: 0 success, 1 error or partial, 130 interrupted."""
     raw = list(sys.argv[1:] if argv is None else argv)
     mode = Mode.JSON if "--json" in raw else Mode.PLAIN if "--plain" in raw else Mode.RICH
-    out = Output(mode=mode, command=" ".join(a for a in raw if not a.startswith("-"))[:80])
+    out = Output(mode=mode)
     if console is not None:
         out.console = console
         out.err_console = console
     token = _output.set(out)
     try:
+        out.command = _command_path([a for a in raw if not a.startswith("-")])
         options = _split_global_flags(raw)
+        out.command = _command_path(options.args)
         out.mode = options.mode
         env_file = options.env_file or os.environ.get("OSMOSIS_ENV_FILE")
         if env_file:
@@ -188,6 +215,17 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         else:
             error.show()
         return 2 if isinstance(error, click_exceptions.UsageError) else 1
+    except Exception as error:  # a bug: one line and the way to the traceback
+        if os.environ.get("OSMOSIS_DEBUG"):
+            raise
+        out.error(
+            CLIError(
+                f"unexpected error: {type(error).__name__}: {error}",
+                code="INTERNAL",
+                hint="this is a bug in osmosis; run again with OSMOSIS_DEBUG=1 for the traceback",
+            )
+        )
+        return 1
     finally:
         _output.reset(token)
 

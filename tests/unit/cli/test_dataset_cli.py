@@ -92,7 +92,7 @@ def test_json_mode_gives_the_error_envelope_on_stderr(bad_jsonl: Path) -> None:
     assert result.stdout == ""
     envelope = json.loads(result.stderr)
     assert envelope["schema_version"] == 1
-    assert envelope["command"] == "dataset validate broken.jsonl"
+    assert envelope["command"] == "dataset validate"
     error = envelope["error"]
     assert error["code"] == "VALIDATION"
     details = error["details"]

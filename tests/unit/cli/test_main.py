@@ -62,10 +62,28 @@ def test_platform_is_taken_from_anywhere(argv):
 
 
 @pytest.mark.parametrize("argv", [["secret", "list", "--platform"], ["--platform=", "auth"]])
-def test_platform_without_a_url_is_a_clear_error(argv, capsys):
-    assert main(["--json", *argv]) == 1
+def test_platform_without_a_url_is_a_usage_error(argv, capsys):
+    assert main(["--json", *argv]) == 2
     error = json.loads(capsys.readouterr().err)["error"]
     assert error["code"] == "VALIDATION" and "--platform needs a value" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["--env-file", "none.env", "secret", "list"], "secret list"),
+        (["dataset", "validate", "no-such-file.jsonl"], "dataset validate"),
+        (["dataset", "--rows", "3", "validate", "x.jsonl", "--json"], "dataset"),
+        # A value on the line may be a secret: it never reaches the envelope.
+        (["auth", "login", "--token", "osm_secret-value", "--platform", "ftp://x"], "auth login"),
+    ],
+)
+def test_the_error_envelope_names_the_command_not_its_arguments(argv, command, capsys, tmp_path):
+    main(["--json", *argv])
+    envelope = json.loads(capsys.readouterr().err)
+    assert envelope["command"] == command
+    assert not {"jsonl", "none.env", "osm_secret-value"} & set(envelope["command"].split())
+    assert "osm_secret-value" not in json.dumps(envelope)
 
 
 def test_env_file_adds_variables_without_overriding_the_environment(tmp_path):

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from osmosis.platform import users
-from osmosis.platform.deps import AdminUser, Db
+from osmosis.platform.deps import AdminUser, Db, Offset
 from osmosis.platform.schemas import (
     TokenCreate,
     TokenCreated,
@@ -47,7 +47,7 @@ def list_users(
     db: Db,
     admin: AdminUser,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
-    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    offset: Offset = 0,
 ) -> UserList:
     page = users.list_users(db, limit=limit, offset=offset)
     has_more = offset + len(page.users) < page.total_count

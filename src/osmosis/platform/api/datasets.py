@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from osmosis.platform import datasets
 from osmosis.platform.blobs import BlobStore
 from osmosis.platform.db.dataset_models import DatasetVersion
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace
+from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
 from osmosis.platform.errors import ValidationFailed
 from osmosis.platform.schemas.datasets import (
     DEFAULT_PREVIEW_ROWS,
@@ -142,7 +142,7 @@ def list_datasets(
     db: Db,
     workspace: CurrentWorkspace,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> DatasetList:
     """The workspace's datasets by name, each as its newest version describes it."""
     page = datasets.list_datasets(db, workspace=workspace, limit=limit, offset=offset)

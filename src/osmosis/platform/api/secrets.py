@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from osmosis.platform import secrets
 from osmosis.platform.crypto import SecretBox
 from osmosis.platform.db.models import Secret
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace
+from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
 from osmosis.platform.schemas import SecretCreate, SecretList, SecretPublic, SecretScopeIn
 
 router = APIRouter(prefix="/api/secrets", tags=["secrets"])
@@ -49,7 +49,7 @@ def list_secrets(
     workspace: CurrentWorkspace,
     scope: Annotated[Literal["all", SecretScopeIn], Query()] = "all",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> SecretList:
     """Names and metadata of the workspace's secrets and the caller's personal ones, a page
     at a time."""
