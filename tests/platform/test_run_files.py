@@ -152,6 +152,28 @@ def test_a_manifest_lists_only_the_folders_its_types_and_rows_need(tmp_path, mon
     assert everything.totals.files == 300
 
 
+def test_a_file_that_changes_gets_its_new_hash_in_the_next_manifest(tmp_path):
+    import hashlib
+
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    path = run / "trajectories" / "row_0_run_0.json"
+    path.write_text('{"reward": 0}')
+
+    def listed() -> str:
+        manifest = file_manifest(run, types=parse_types("trajectories"), rows=None)
+        return {f.path: f.sha256 for f in manifest.files}["trajectories/row_0_run_0.json"]
+
+    assert listed() == hashlib.sha256(b'{"reward": 0}').hexdigest()
+    assert listed() == hashlib.sha256(b'{"reward": 0}').hexdigest()  # remembered
+    path.write_text('{"reward": 1}')  # same size, new bytes, in place
+    assert listed() == hashlib.sha256(b'{"reward": 1}').hexdigest()
+    replacement = run / "new.json"
+    replacement.write_text('{"reward": 2}')
+    os.replace(replacement, path)  # how run outputs are rewritten
+    assert listed() == hashlib.sha256(b'{"reward": 2}').hexdigest()
+
+
 def test_bad_types_and_rows_name_every_problem():
     with pytest.raises(ValidationFailed, match="unknown file type"):
         parse_types("metrics,bogus")

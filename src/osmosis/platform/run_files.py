@@ -12,6 +12,7 @@ ordinary local run directory. Only the download layout is served:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -178,8 +179,10 @@ def file_manifest(
         if rows is not None and row is not None and row not in rows:
             continue
         full = run_dir / path
-        size = full.stat().st_size
-        files.append(RunFile(path=path, size=size, sha256=_sha256(full), type=kind))
+        stat = full.stat()
+        size = stat.st_size
+        sha256 = _sha256(str(full), size, stat.st_mtime_ns, stat.st_ino)
+        files.append(RunFile(path=path, size=size, sha256=sha256, type=kind))
         totals = by_type[kind]
         by_type[kind] = TypeTotals(files=totals.files + 1, bytes=totals.bytes + size)
     return FileManifest(
@@ -203,9 +206,13 @@ def layout_file(run_dir: Path, path: str) -> Path:
     return full
 
 
-def _sha256(path: Path) -> str:
+@functools.lru_cache(maxsize=100_000)
+def _sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime, inode): a manifest of a large run
+    would otherwise read every trajectory again on each `eval info` or download. A file that
+    changes (run outputs are replaced by rename) changes its key."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
