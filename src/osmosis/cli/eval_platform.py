@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from osmosis.platform.schemas.runs import EvalRunDetail
     from osmosis.workspace import Workspace
 
-CONFIRM_HINT = "Use --yes to confirm in non-interactive mode."
 SCOPE_LABELS = {"user": "Personal", "workspace": "Workspace", "run": "Run"}
 
 SecretsFileOption = typer.Option(
@@ -38,22 +37,6 @@ YesOption = typer.Option(False, "--yes", "-y", help="Skip the confirmation.")
 
 
 # -- shared helpers --------------------------------------------------------------------------
-def confirm(
-    out: Output, prompt: str, *, yes: bool, default: bool, details: Mapping[str, Any]
-) -> None:
-    """Ask, or fail with INTERACTIVE_REQUIRED (echoing what would have been shown)."""
-    from osmosis.cli.output import CLIError
-
-    if yes:
-        return
-    if not out.interactive:
-        raise CLIError(
-            CONFIRM_HINT, code="INTERACTIVE_REQUIRED", details={"prompt": prompt, **details}
-        )
-    if not typer.confirm(prompt, default=default):
-        raise typer.Abort()
-
-
 def _aware(value: Any) -> Any:
     """A naive timestamp from the platform is UTC."""
     from datetime import UTC
@@ -470,8 +453,7 @@ def stop_command(
                 details={"name": run.name, "status": run.status},
             )
         progress = run.summary.progress
-        confirm(
-            out,
+        out.confirm(
             f"Stop evaluation run {run.name} ({run.status}, {progress.completed} / "
             f"{progress.total} samples)?",
             yes=yes,
@@ -527,8 +509,7 @@ def retry_command(
             return provided
 
         secrets = resolve(again)
-        confirm(
-            out,
+        out.confirm(
             f"Retry the failed and skipped samples of {run.name} ({run.status})?",
             yes=yes,
             default=True,
@@ -631,8 +612,7 @@ def download_command(
             f"({len(plan.skipped)} already up to date) -> {run_dir}"
         )
         if remaining > CONFIRM_BYTES:
-            confirm(
-                out,
+            out.confirm(
                 f"Download {len(plan.to_fetch)} files ({_size(remaining)}) to {run_dir}?",
                 yes=yes,
                 default=False,

@@ -336,7 +336,7 @@ def submit_command(
 ) -> None:
     """Submit an evaluation run to the platform; it runs the pushed commit of this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.eval_platform import confirm, envelope_context
+    from osmosis.cli.eval_platform import envelope_context
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import current_workspace
@@ -385,8 +385,7 @@ def submit_command(
         }
         secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
         _show_submit_summary(out, summary, cfg.env, secrets, warnings)
-        confirm(
-            out,
+        out.confirm(
             f"Submit {experiment.rollout} x {experiment.model_path} on {experiment.dataset}?",
             yes=yes,
             default=True,

@@ -89,10 +89,17 @@ class Output:
     def interactive(self) -> bool:
         return self.mode is Mode.RICH and self.console.is_terminal and sys.stdin.isatty()
 
-    def confirm(self, prompt: str, *, yes: bool, details: Mapping[str, Any] | None = None) -> None:
-        """Ask `prompt` (default No); `yes` skips it. Without a terminal (or in --json and
-        --plain) nothing is asked: the command fails with INTERACTIVE_REQUIRED, echoing the
-        prompt in `details`. A No is a `typer.Abort` (exit 130)."""
+    def confirm(
+        self,
+        prompt: str,
+        *,
+        yes: bool,
+        details: Mapping[str, Any] | None = None,
+        default: bool = False,
+    ) -> None:
+        """Ask `prompt` (Enter answers `default`); `yes` skips it. Without a terminal (or in
+        --json and --plain) nothing is asked: the command fails with INTERACTIVE_REQUIRED,
+        echoing the prompt in `details`. A No is a `typer.Abort` (exit 130)."""
         if yes:
             return
         if not self.interactive:
@@ -103,7 +110,7 @@ class Output:
             )
         import typer
 
-        if not typer.confirm(prompt, default=False):
+        if not typer.confirm(prompt, default=default):
             raise typer.Abort()
 
     # -- envelopes -------------------------------------------------------------------------
