@@ -42,7 +42,7 @@ def test_log_pages_follow_the_cursor_and_keep_multiline_entries_whole(tmp_path):
     path = write_log(tmp_path / "run")
     first = read_logs(path, cursor=None, limit=2)
     kinds = [(e.step, e.level) for e in first.entries]
-    assert kinds == [("engine", "info"), ("rollout", "info")]
+    assert kinds == [("engine", "info"), ("rollout", "error")]
     traceback = 'Traceback (most recent call last):\n  File "main.py", line 3'
     assert first.entries[1].message == traceback
     assert first.next_cursor is not None
@@ -53,6 +53,26 @@ def test_log_pages_follow_the_cursor_and_keep_multiline_entries_whole(tmp_path):
     assert rest.next_cursor is None  # nothing more written yet
     assert rest.entries[0].timestamp is not None and rest.entries[0].timestamp.year == 2026
     assert [e.message for e in tail_logs(path, count=1)] == [rest.entries[1].message]
+
+
+@pytest.mark.parametrize(
+    ("line", "level"),
+    [
+        ("ERROR:root:grader exploded", "error"),
+        ("ERROR:    Exception in ASGI application", "error"),
+        ("CRITICAL:worker:out of memory", "error"),
+        ("WARNING:httpx:retrying", "warning"),
+        ("INFO:     Uvicorn running on http://127.0.0.1:1", "info"),
+        ("ERRORS are counted per type", "info"),
+        ("computed 3 rewards", "info"),
+    ],
+)
+def test_the_rollouts_own_lines_keep_their_level(tmp_path, line, level):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "logs.txt").write_text(f"2026-12-01T10:00:00.000+00:00 [rollout] {line}\n")
+    [entry] = read_logs(run / "logs.txt", cursor=None, limit=5).entries
+    assert (entry.step, entry.level, entry.message) == ("rollout", level, line)
 
 
 def test_a_missing_log_is_empty_and_a_bad_cursor_names_the_fix(tmp_path):

@@ -298,6 +298,18 @@ def _offset(cursor: str | None) -> int:
     return int(cursor)
 
 
+# The rollout's own output: Python logging ("ERROR:root:...", uvicorn's "ERROR:    ...") and
+# tracebacks say how bad a line is; everything else it prints is info.
+_ROLLOUT_ERROR = re.compile(r"(?:(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\))")
+_ROLLOUT_WARNING = re.compile(r"WARN(?:ING)?\b")
+
+
+def _rollout_level(message: str) -> str:
+    if _ROLLOUT_ERROR.match(message):
+        return "error"
+    return "warning" if _ROLLOUT_WARNING.match(message) else "info"
+
+
 def _entry(lines: list[str]) -> RunLogEntry:
     found = _TIMESTAMPED.match(lines[0])
     timestamp: datetime | None = None
@@ -312,6 +324,7 @@ def _entry(lines: list[str]) -> RunLogEntry:
     step, level = "engine", "info"
     if message.startswith(_ROLLOUT_PREFIX):
         step, message = "rollout", message.removeprefix(_ROLLOUT_PREFIX)
+        level = _rollout_level(message)
     elif message.startswith(PLATFORM_PREFIX):
         step, message = "platform", message.removeprefix(PLATFORM_PREFIX)
         marked = _LEVEL.match(message)
