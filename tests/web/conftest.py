@@ -230,7 +230,9 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+# Module scope: sync Playwright keeps an event loop running in this thread while it lives,
+# and pytest-asyncio cannot run the async tests a worker picks up after a browser module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 

@@ -231,8 +231,9 @@ def test_artifacts_show_as_a_tree_with_text_and_image_previews(world: World, pag
     shot(page, tmp_path, "artifact-text")
 
     page.click("#artifacts a.file >> text=curve.png")
-    image = page.locator("#preview img")
-    image.wait_for()
+    page.locator("#preview img").wait_for()
+    # The element appears before its picture has loaded: wait for the load itself.
+    page.wait_for_function("document.querySelector('#preview img').complete")
     assert page.evaluate("document.querySelector('#preview img').naturalWidth") == 64
     shot(page, tmp_path, "artifact-image")
 
