@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 from osmosis.platform import Settings, create_app
 from osmosis.platform.db.models import ApiToken, User, Workspace, utcnow
 from osmosis.platform.db.run_models import EvalRun
+from osmosis.platform.db.web_models import WebSession
 from osmosis.platform.web.session import COOKIE
 from tests.web import seed
 from tests.web.seed import RunSpec
@@ -132,6 +134,61 @@ def test_logout_ends_the_session(app: App):
     assert out.status_code == 303 and out.headers["location"] == "/login"
     answer = app.client.get("/", headers={"accept": "text/html"}, follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"].startswith("/login")
+
+
+def copy_of(client: TestClient) -> TestClient:
+    """Another browser holding the same session cookie (a stolen or copied one)."""
+    copy = TestClient(client.app)
+    copy.cookies.set(COOKIE, client.cookies[COOKIE])
+    return copy
+
+
+def test_a_cookie_copied_before_sign_out_is_refused_after_it(app: App):
+    csrf = sign_in(app)
+    copy = copy_of(app.client)
+    assert signed_in(copy)  # the copy works while the session lives
+    out = app.client.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
+    assert out.status_code == 303
+    assert not signed_in(copy)
+    page = copy.get("/runs/waiting", headers={"accept": "text/html"}, follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/login")
+    # The copy still holds the CSRF token that matched the cookie, and it cannot stop a run.
+    stop = copy.post(
+        "/runs/waiting/stop",
+        data={"csrf_token": csrf},
+        headers={"accept": "text/html"},
+        follow_redirects=False,
+    )
+    assert stop.status_code == 303 and stop.headers["location"].startswith("/login")
+    assert status_of(app, "waiting") == "pending"
+
+
+def test_signing_in_again_ends_the_earlier_session(app: App):
+    sign_in(app)
+    earlier = copy_of(app.client)
+    sign_in(app)
+    assert signed_in(app.client)
+    assert not signed_in(earlier)
+
+
+def test_signing_out_keeps_the_api_token_working(app: App):
+    csrf = sign_in(app)
+    app.client.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
+    script = TestClient(app.client.app, headers={"Authorization": f"Bearer {app.token}"})
+    assert script.get("/api/auth/whoami").status_code == 200
+    assert script.get("/").status_code == 200
+    sign_in(app)  # and the same token signs in again
+    assert signed_in(app.client)
+
+
+def test_an_expired_session_is_refused(app: App):
+    sign_in(app)
+    assert signed_in(app.client)
+    with app.sessions() as db:  # type: ignore[operator]
+        for row in db.query(WebSession):
+            row.expires_at = utcnow() - timedelta(seconds=1)
+        db.commit()
+    assert not signed_in(app.client)
 
 
 def test_revoking_the_token_ends_its_sessions(app: App):

@@ -14,8 +14,10 @@ from osmosis.platform.web.session import (
     CSRF_FIELD,
     check_csrf,
     clear_session,
+    end_session,
     new_session,
     read_session,
+    start_session,
     write_session,
 )
 
@@ -67,14 +69,20 @@ def login(
             error="That token is not valid or has been revoked.",
             status=401,
         )
+    # A sign-in over an earlier one replaces it; the old cookie must not stay usable.
+    end_session(db, read_session(request))
     response = RedirectResponse(_safe_next(next), status_code=303)
-    write_session(request, response, new_session(found.id))
+    write_session(request, response, start_session(db, found))
     return response
 
 
 @router.post("/logout")
-def logout(request: Request, csrf_token: Annotated[str, Form(alias=CSRF_FIELD)] = "") -> Response:
+def logout(
+    request: Request, db: Db, csrf_token: Annotated[str, Form(alias=CSRF_FIELD)] = ""
+) -> Response:
     check_csrf(request, csrf_token)
+    # Ended on the server, so a copy of the cookie taken before now is refused too.
+    end_session(db, read_session(request))
     response = RedirectResponse("/login", status_code=303)
     clear_session(request, response)
     return response

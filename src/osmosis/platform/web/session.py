@@ -1,11 +1,13 @@
 """Dashboard sign-in: the session cookie, its CSRF token, and who is asking.
 
-The cookie holds `{token_id, nonce, issued}` sealed with the server's secret box (Fernet:
-encrypted and authenticated), so it names the API token that signed in without carrying its
-secret, and revoking that token ends the session. The nonce doubles as the CSRF token: every
-form that changes state posts it back, and a request whose form value does not match the
-cookie's nonce is refused with 403. A visitor who has not signed in gets a session with no
-token, so the login form is protected the same way.
+The cookie holds `{session_id, nonce, issued}` sealed with the server's secret box (Fernet:
+encrypted and authenticated). The session id names a `web_sessions` row, which names the API
+token that signed in without the cookie carrying its secret. A request is signed in only while
+that row is live: signing out ends it on the server (a copied cookie stops working at once,
+the token keeps working), and so do its expiry and revoking the token. The nonce doubles as
+the CSRF token: every form that changes state posts it back, and a request whose form value
+does not match the cookie's nonce is refused with 403. A visitor who has not signed in gets a
+session with no row, so the login form is protected the same way.
 
     viewer = page_viewer(request, db)      # raises LoginRequired when nobody signed in
     check_csrf(request, form)              # raises CsrfRejected (403) on a missing/wrong token
@@ -18,13 +20,15 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import Depends, Request, Response
 from sqlalchemy.orm import Session
 
 from osmosis.platform.crypto import SecretBox, SecretUnreadable
-from osmosis.platform.db.models import ApiToken, User
+from osmosis.platform.db.models import ApiToken, User, utcnow
+from osmosis.platform.db.web_models import WebSession
 from osmosis.platform.deps import Db
 from osmosis.platform.errors import Forbidden, PlatformError
 from osmosis.platform.users import authenticate
@@ -48,10 +52,10 @@ class CsrfRejected(Forbidden):
 
 @dataclass(frozen=True)
 class SessionState:
-    """What the cookie carries; `token_id` is None before sign-in."""
+    """What the cookie carries; `session_id` (a `web_sessions` row) is None before sign-in."""
 
     nonce: str
-    token_id: str | None
+    session_id: str | None
     issued: float
 
 
@@ -79,7 +83,7 @@ def read_session(request: Request) -> SessionState | None:
         payload = json.loads(_box(request).decrypt(raw, context=_CONTEXT))
         state = SessionState(
             nonce=str(payload["n"]),
-            token_id=payload.get("t"),
+            session_id=payload.get("s"),
             issued=float(payload["i"]),
         )
     except (SecretUnreadable, ValueError, KeyError, TypeError):
@@ -89,14 +93,33 @@ def read_session(request: Request) -> SessionState | None:
     return state
 
 
-def new_session(token_id: str | None) -> SessionState:
+def new_session(session_id: str | None) -> SessionState:
     # A fresh nonce at every sign-in, so a nonce seen before login is useless after it.
-    return SessionState(nonce=secrets.token_urlsafe(24), token_id=token_id, issued=time.time())
+    return SessionState(nonce=secrets.token_urlsafe(24), session_id=session_id, issued=time.time())
+
+
+def start_session(db: Session, token: ApiToken) -> SessionState:
+    """Record a sign-in with `token` and return the cookie's state that names it."""
+    now = utcnow()
+    row = WebSession(
+        token_id=token.id, created_at=now, expires_at=now + timedelta(seconds=MAX_AGE_S)
+    )
+    db.add(row)
+    db.commit()
+    return new_session(row.id)
+
+
+def end_session(db: Session, state: SessionState | None) -> None:
+    """Sign out on the server: the session's row stops counting, whoever holds the cookie."""
+    row = db.get(WebSession, state.session_id) if state and state.session_id else None
+    if row is not None and row.ended_at is None:
+        row.ended_at = utcnow()
+        db.commit()
 
 
 def write_session(request: Request, response: Response, state: SessionState) -> None:
     sealed = _box(request).encrypt(
-        json.dumps({"n": state.nonce, "t": state.token_id, "i": state.issued}), context=_CONTEXT
+        json.dumps({"n": state.nonce, "s": state.session_id, "i": state.issued}), context=_CONTEXT
     )
     response.set_cookie(
         COOKIE,
@@ -121,9 +144,9 @@ def _bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def _live_token(db: Session, token_id: str) -> ApiToken | None:
-    token = db.get(ApiToken, token_id)
-    return token if token is not None and token.revoked_at is None else None
+def _live_session(db: Session, session_id: str) -> WebSession | None:
+    row = db.get(WebSession, session_id)
+    return row if row is not None and row.is_live(utcnow()) else None
 
 
 def page_viewer(request: Request, db: Db) -> Viewer:
@@ -135,10 +158,10 @@ def page_viewer(request: Request, db: Db) -> Viewer:
             raise LoginRequired("the API token is not valid or has been revoked")
         return Viewer(user=token.user, token=token, via="bearer", csrf="")
     state = read_session(request)
-    token = _live_token(db, state.token_id) if state and state.token_id else None
-    if state is None or token is None:
+    row = _live_session(db, state.session_id) if state and state.session_id else None
+    if state is None or row is None:
         raise LoginRequired("sign in to see this page")
-    return Viewer(user=token.user, token=token, via="session", csrf=state.nonce)
+    return Viewer(user=row.token.user, token=row.token, via="session", csrf=state.nonce)
 
 
 PageViewer = Annotated[Viewer, Depends(page_viewer)]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from alembic import context
 
-from osmosis.platform.db import dataset_models, run_models  # noqa: F401  (register tables)
+from osmosis.platform.db import (  # noqa: F401  (register tables)
+    dataset_models,
+    run_models,
+    web_models,
+)
 from osmosis.platform.db.models import Base
 
 connection = context.config.attributes.get("connection")
