@@ -20,7 +20,6 @@ The fetch function is injected, so the engine runs (and is tested) without a ser
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Protocol
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from osmosis.eval.dataset_formats import sha256_file
 
 __all__ = [
     "CONCURRENCY",
@@ -236,18 +237,12 @@ def plan_transfer(
     return TransferPlan(run_dir, accepted, to_fetch, skipped, rejected)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _matches(path: Path, item: ManifestEntry) -> bool:
     """Size first (cheap), then the sha256: a same-size edit is still re-fetched."""
     try:
-        return path.is_file() and path.stat().st_size == item.size and _sha256(path) == item.sha256
+        return (
+            path.is_file() and path.stat().st_size == item.size and sha256_file(path) == item.sha256
+        )
     except OSError:
         return False
 
@@ -280,7 +275,7 @@ def _fetch_verified(item: ManifestEntry, run_dir: Path, fetch: Fetch, stop: thre
             size = item.size
         if size != item.size:
             raise FetchError(f"received {size} bytes, the manifest says {item.size}")
-        if _sha256(partial) != item.sha256:
+        if sha256_file(partial) != item.sha256:
             raise FetchError("sha256 of the received bytes differs from the manifest")
         os.replace(partial, final)  # atomic: the final name holds the old file or the new one
     except BaseException:

@@ -13,7 +13,6 @@ ordinary local run directory. Only the download layout is served:
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from osmosis.eval.dataset_formats import sha256_file
 from osmosis.platform.errors import NotFound, ValidationFailed
 from osmosis.platform.schemas.runs import (
     DEFAULT_FILE_TYPES,
@@ -211,11 +211,7 @@ def _sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
     """The file's SHA-256, remembered per (path, size, mtime, inode): a manifest of a large run
     would otherwise read every trajectory again on each `eval info` or download. A file that
     changes (run outputs are replaced by rename) changes its key."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 # -- logs ---------------------------------------------------------------------------------------
