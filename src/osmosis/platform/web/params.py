@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query
+from fastapi import Path
 
-MAX_INDEX = 2**31 - 1  # far beyond any run's attempts, well inside a 64-bit integer
+# The API's bound and offset type: pages and routes refuse the same numbers.
+from osmosis.platform.deps import MAX_OFFSET as MAX_INDEX
+from osmosis.platform.deps import Offset
 
-Offset = Annotated[int, Query(ge=0, le=MAX_INDEX, description="rows to skip")]
+__all__ = ["MAX_INDEX", "Offset", "RowIndex", "RunIndex"]
+
 RowIndex = Annotated[int, Path(ge=0, le=MAX_INDEX)]
 RunIndex = Annotated[int, Path(ge=0, le=MAX_INDEX)]
