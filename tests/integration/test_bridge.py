@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from osmosis.eval.bridge import ModelBridge
+from osmosis.eval.bridge import ModelBridge, OutagePolicy
 from osmosis.eval.pricing import price_for
 from osmosis.eval.providers import ModelTarget, resolve_model
 from osmosis.eval.retry import RetryPolicy
@@ -152,6 +152,83 @@ async def test_other_routes_and_methods(method: str, path: str, status: int) -> 
             )
     assert response.status_code == status
     assert "error" in response.json()
+
+
+# -- bind and advertise ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("advertise_url", "expected"),
+    [
+        ("http://bridge.example:8321", "http://bridge.example:8321/v1"),
+        ("https://proxy.example:443/osmosis/v1/", "https://proxy.example:443/osmosis/v1"),
+        ("http://10.1.2.3", "http://10.1.2.3:{port}/v1"),  # no port: the bound one
+        ("http://[fd00::5]:9000/", "http://[fd00::5]:9000/v1"),
+    ],
+)
+async def test_rollouts_are_given_the_advertised_url_while_the_bridge_listens_locally(
+    advertise_url: str, expected: str
+) -> None:
+    async with FakeModelServer() as fake, bridged(fake, advertise_url=advertise_url) as bridge:
+        port = int(bridge.bound_url.rsplit(":", 1)[1])
+        assert bridge.bound_url.startswith("http://127.0.0.1:")
+        assert bridge.base_url == expected.format(port=port)
+        assert bridge.rollout_url("r9") == expected.format(port=port) + "/rollouts/r9"
+        # The same token and route, reached where it really listens.
+        async with httpx.AsyncClient(timeout=10, **PLAIN) as client:
+            response = await client.post(
+                bridge.bound_url + "/v1/rollouts/r9/chat/completions",
+                json={"messages": QUESTION},
+                headers={"authorization": f"Bearer {bridge.token}"},
+            )
+    assert response.status_code == 200
+    assert bridge.usage("r9").calls == 1
+
+
+async def test_a_wildcard_bind_warns_and_gives_local_rollouts_loopback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with FakeModelServer() as fake:
+        bridge = ModelBridge(target=openai_target(fake), retry=FAST_RETRY)
+        with caplog.at_level("WARNING", logger="osmosis.eval.bridge"):
+            await bridge.start(host="0.0.0.0")
+        try:
+            assert bridge.bound_url.startswith("http://0.0.0.0:")
+            assert bridge.base_url == bridge.bound_url.replace("0.0.0.0", "127.0.0.1") + "/v1"
+            response = await post(bridge, {"messages": QUESTION})
+        finally:
+            await bridge.stop()
+    assert response.status_code == 200
+    (warning,) = [r.getMessage() for r in caplog.records if "beyond loopback" in r.getMessage()]
+    assert bridge.bound_url in warning and "bearer token" in warning
+    assert bridge.token not in warning
+
+
+async def test_a_loopback_bind_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="osmosis.eval.bridge"):
+        async with FakeModelServer() as fake, bridged(fake) as bridge:
+            assert (await post(bridge, {"messages": QUESTION})).status_code == 200
+    assert bridge.base_url == bridge.bound_url + "/v1"
+    assert not [r for r in caplog.records if "beyond loopback" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("advertise_url", "problem"),
+    [
+        ("bridge.example:8321", "must start with http:// or https://"),
+        ("ftp://bridge.example", "must start with http:// or https://"),
+        ("http://:8321", "names no host"),
+        ("http://bridge.example:99999", "port is not a number"),
+        ("http://user:pw@bridge.example", "no user, password, query or fragment"),
+        ("http://bridge.example/?x=1", "no user, password, query or fragment"),
+    ],
+)
+def test_an_invalid_advertise_url_is_refused_naming_the_problem(
+    advertise_url: str, problem: str
+) -> None:
+    target = ModelTarget("openai-compatible", "m", "http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match="invalid bridge advertise URL") as error:
+        ModelBridge(target=target, advertise_url=advertise_url)
+    assert problem in str(error.value)
+    assert "e.g. http://10.0.0.5:8321" in str(error.value)
 
 
 # -- the request rules (§3.11) -------------------------------------------------------------------
@@ -477,14 +554,22 @@ async def test_exhausted_retries_answer_503_and_declare_an_outage() -> None:
     assert not bridge.outage.is_set() and bridge.outage_reason is None
 
 
-async def test_a_later_success_does_not_clear_an_outage() -> None:
+async def test_during_an_outage_new_calls_get_503_at_once_and_reach_no_provider() -> None:
     script = [Rule(respond=Fail(503, retry_after=0), times=2)]
     retry = RetryPolicy(max_attempts=2, max_elapsed=5, initial_backoff=0.01)
-    async with FakeModelServer(script=script) as fake, bridged(fake, retry=retry) as bridge:
+    no_probe_yet = OutagePolicy(probe_first_s=60)
+    async with (
+        FakeModelServer(script=script) as fake,
+        bridged(fake, retry=retry, outage_policy=no_probe_yet) as bridge,
+    ):
         failed = await post(bridge, {"messages": QUESTION})
-        succeeded = await post(bridge, {"messages": QUESTION})
-    assert (failed.status_code, succeeded.status_code) == (503, 200)
+        refused = await post(bridge, {"messages": QUESTION})
+    assert (failed.status_code, refused.status_code) == (503, 503)
+    assert refused.json()["error"]["code"] == "provider_unavailable"
+    assert refused.json()["error"]["message"] == bridge.outage_reason
+    assert fake.stats().chat_completions == 2  # the provider that just failed is left alone
     assert bridge.outage.is_set()
+    assert [(r.status_code, r.attempts) for r in bridge.take_calls("r1")] == [(503, 2), (503, 0)]
 
 
 async def test_a_refused_connection_is_retried_then_declared_an_outage() -> None:

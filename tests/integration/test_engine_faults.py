@@ -1,25 +1,31 @@
-"""The engine under system faults: a provider outage or a dying rollout server halts the run
-and leaves attempts pending — never recorded as failures — and a resume completes it.
+"""The engine under provider outages: dispatch pauses, nothing is recorded as failed, and the
+run finishes by itself when the provider answers again, or halts resumable past the wait.
 
 Real pieces throughout: rollout server (uvicorn, our SDK), model bridge, scripted model,
-run directory journal."""
+run directory journal. (Dead rollout servers: tests/integration/test_sites.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import time
+from pathlib import Path
 
 from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
-from osmosis.eval.bridge import ModelBridge
-from osmosis.eval.engine import Engine, EngineSettings, WorkItem
+from osmosis.eval.bridge import ModelBridge, OutagePolicy
+from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
 from osmosis.eval.providers import ModelTarget
 from osmosis.eval.retry import RetryPolicy
 from osmosis.eval.rollout_client import RolloutClient
 from osmosis.eval.run_dir import RunDirectory, Slots
+from osmosis.eval.sites import RolloutAPI, SiteExhausted
 from osmosis.testing import Fail, FakeModelServer, Rule
 from tests.integration.conftest import serving
 
 ROWS = 12
+QUICK_RETRY = RetryPolicy(max_attempts=2, max_elapsed=1.0, initial_backoff=0.05)
+QUICK_OUTAGE = OutagePolicy(
+    stall_after_s=2, probe_timeout_s=0.5, probe_first_s=0.1, probe_max_s=0.3
+)
 
 
 class AskOnce(AgentWorkflow):
@@ -30,6 +36,29 @@ class AskOnce(AgentWorkflow):
 class Exact(Grader):
     async def grade(self, ctx):
         ctx.set_reward(1.0 if ctx.label in ctx.sample.messages[-1]["content"] else 0.0)
+
+
+class ServedEndpoint:
+    """A rollout server served in this process: an endpoint that never dies."""
+
+    def __init__(self, url: str, trials: Path) -> None:
+        self.name, self.node, self.base_url, self.capacity = "served", "here", url, None
+        self.api: RolloutAPI = RolloutClient(url)
+        self.dead = asyncio.Event()
+        self.death_reason = ""
+        self._trials = trials
+
+    async def trial(self, rollout_id: str) -> Path | None:
+        path = self._trials / rollout_id
+        return path if path.is_dir() else None
+
+
+class ServedSite:
+    def __init__(self, endpoint: ServedEndpoint) -> None:
+        self.endpoints = [endpoint]
+
+    async def replace(self, endpoint: ServedEndpoint, reason: str) -> ServedEndpoint:
+        raise SiteExhausted("a served endpoint is not replaced")
 
 
 def items() -> list[WorkItem]:
@@ -46,72 +75,78 @@ def items() -> list[WorkItem]:
     ]
 
 
-async def evaluate(run: RunDirectory, model: FakeModelServer, rollout_url: str, **options):
+async def evaluate(
+    run: RunDirectory, model: FakeModelServer, url: str, trials: Path, **settings: float
+) -> EngineOutcome:
     target = ModelTarget(kind="openai-compatible", model="fake", api_base=model.base_url)
-    quick = RetryPolicy(max_attempts=2, max_elapsed=1.0, initial_backoff=0.05)
-    async with (
-        ModelBridge(target=target, retry=quick) as bridge,
-        RolloutClient(rollout_url) as client,
-    ):
+    async with ModelBridge(target=target, retry=QUICK_RETRY, outage_policy=QUICK_OUTAGE) as bridge:
+        endpoint = ServedEndpoint(url, trials)
         engine = Engine(
-            rollout=client,
+            site=ServedSite(endpoint),
             bridge=bridge,
             sink=run,
-            settings=EngineSettings(concurrency=2, agent_timeout_sec=30, grader_timeout_sec=30),
-            **options,
+            settings=EngineSettings(
+                concurrency=2, agent_timeout_sec=30, grader_timeout_sec=30, **settings
+            ),
         )
         pending = [i for i in items() if not run.is_recorded(i.row_index, i.run_index)]
-        return await engine.run(pending)
+        try:
+            return await engine.run(pending)
+        finally:
+            await endpoint.api.aclose()
 
 
-def rollout_app(tmp_path):
-    backend = LocalBackend(workflow=AskOnce, grader=Exact, artifact_root=tmp_path / "trials")
+def rollout_app(trials: Path):
+    backend = LocalBackend(workflow=AskOnce, grader=Exact, artifact_root=trials)
     return create_rollout_server(backend=backend, configure_logging=False)
 
 
-async def test_a_provider_outage_halts_and_leaves_the_rest_pending(tmp_path):
-    served = itertools.count()
-    outage = Rule(when=lambda _: next(served) >= 4, respond=Fail(503, "provider down"))
-    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=ROWS, n=1), inputs={}, provenance={})
-    with run, FakeModelServer(script=[outage]) as model, serving(rollout_app(tmp_path)) as url:
-        outcome = await evaluate(run, model, url)
-        assert outcome.halted and "provider" in outcome.halted
-        statuses = [r.status for r in run.records()]
-        assert statuses == ["success"] * len(statuses)  # nothing was recorded as failed
-        assert 1 <= len(statuses) < ROWS
-        assert outcome.pending == outcome.dispatched - outcome.recorded > 0
+def outage_after(calls: int, lasting: float) -> Rule:
+    """The provider answers 503 from its `calls`-th call on, for `lasting` seconds."""
+    served = 0
+    began: list[float] = []
 
-        model.clear_rules()  # the provider recovers: a resume finishes the run
-        await evaluate(run, model, url)
+    def down(_request: object) -> bool:
+        nonlocal served
+        served += 1
+        if served < calls:
+            return False
+        if not began:
+            began.append(time.monotonic())
+        return time.monotonic() - began[0] < lasting
+
+    return Rule(when=down, respond=Fail(503, "provider down"))
+
+
+async def test_a_provider_outage_pauses_dispatch_and_the_run_finishes_by_itself(tmp_path):
+    trials = tmp_path / "trials"
+    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=ROWS, n=1), inputs={}, provenance={})
+    rule = outage_after(5, lasting=2.0)
+    with run, FakeModelServer(script=[rule]) as model, serving(rollout_app(trials)) as url:
+        outcome = await evaluate(run, model, url, trials)
+    assert outcome.halted is None
+    assert run.recorded_count() == ROWS  # no manual resume
+    assert [r.status for r in run.records()] == ["success"] * ROWS  # none failed
+    assert all(r.reward == 1.0 for r in run.records())
+    assert outcome.requeued >= 1  # the attempts the outage caught ran again
+    log = (tmp_path / "run" / "logs.txt").read_text()
+    assert "model provider outage" in log and "dispatch resumes" in log
+
+
+async def test_an_outage_longer_than_the_wait_halts_and_a_resume_completes(tmp_path):
+    trials = tmp_path / "trials"
+    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=ROWS, n=1), inputs={}, provenance={})
+    with run, FakeModelServer(script=[outage_after(5, lasting=3600)]) as model:
+        with serving(rollout_app(trials)) as url:
+            outcome = await evaluate(run, model, url, trials, outage_wait_sec=1.0)
+            assert outcome.halted is not None
+            assert "stayed unavailable for more than 1 s" in outcome.halted
+            statuses = [r.status for r in run.records()]
+            assert statuses == ["success"] * len(statuses)  # nothing was recorded as failed
+            assert 1 <= len(statuses) < ROWS
+            assert outcome.pending == outcome.dispatched - outcome.recorded > 0
+
+            model.clear_rules()  # the provider is back: a resume finishes the run
+            await evaluate(run, model, url, trials)
         assert run.recorded_count() == ROWS
         assert all(r.status == "success" and r.reward == 1.0 for r in run.records())
-
-
-class _DeadServer:
-    """A halt signal: the rollout server stopped (as RolloutProcess.exit_signal reports)."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.reason = "rollout server exited with code -9"
-
-
-async def test_a_dead_rollout_server_halts_without_recording_failures(tmp_path):
-    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=ROWS, n=1), inputs={}, provenance={})
-    dead = _DeadServer()
-    two_recorded = asyncio.Event()
-
-    def on_record(_record) -> None:
-        if run.recorded_count() >= 2:
-            two_recorded.set()
-
-    with run, FakeModelServer(latency=0.2) as model:
-        with serving(rollout_app(tmp_path)) as url:
-            task = asyncio.create_task(
-                evaluate(run, model, url, halt_signals=[dead], on_record=on_record)
-            )
-            await two_recorded.wait()
-        dead.event.set()  # the server is gone (serving() stopped it) and the signal fires
-        outcome = await task
-        assert outcome.halted == dead.reason
-        assert all(r.status == "success" for r in run.records())
-        assert run.recorded_count() < ROWS

@@ -15,6 +15,8 @@ from osmosis import (
 )
 from osmosis.eval.rollout_client import (
     AdmissionRejected,
+    AtCapacity,
+    MalformedResponse,
     ResultDeadlineExceeded,
     RolloutClient,
     RolloutServerUnavailable,
@@ -68,15 +70,38 @@ async def test_start_and_wait_returns_the_graded_result(rollout_server):
     assert result.sample.reward == 1.0
 
 
-async def test_admission_waits_out_429_until_capacity_frees(rollout_server):
+async def test_admission_at_capacity_says_when_to_come_back(rollout_server):
     async with RolloutClient(rollout_server) as client:
         first = await client.start(init("slow", sleep=0.5))
-        # At capacity now: the server answers 429 with Retry-After 5; the client waits.
-        second = asyncio.create_task(client.start(init("next")))
-        await asyncio.sleep(0.2)
-        assert not second.done()
+        # At capacity now: the server answers 429 with Retry-After; the engine, not the
+        # client, decides where the rollout goes instead (another endpoint, or later).
+        with pytest.raises(AtCapacity) as busy:
+            await client.start(init("next"))
+        assert busy.value.retry_after_sec > 0
         assert (await client.wait(first)).status == "success"
-        assert (await client.wait(await second)).status == "success"
+        assert (await client.wait(await client.start(init("next")))).status == "success"
+
+
+async def test_a_result_out_of_the_protocols_shape_is_malformed_not_a_crash():
+    async def app(scope, receive, send):  # a rollout server that garbles its result
+        if scope["type"] != "http":
+            return
+        body = b'{"rollout_id": "a", "status": "success", "sample": {"reward": NaN}}'
+        status = 200
+        if scope["method"] == "POST":
+            status = 202
+            body = (
+                b'{"rollout_id": "a", "status": "queued", "polling_lease_token": "t",'
+                b' "result_wait_timeout_sec": 1, "polling_lease_timeout_sec": 5}'
+            )
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    with serving(app) as url:
+        async with RolloutClient(url) as client:
+            lease = await client.start(init("a"))
+            with pytest.raises(MalformedResponse, match="malformed result body: sample"):
+                await client.wait(lease)
 
 
 async def test_a_4xx_admission_is_this_rollouts_failure(rollout_server):

@@ -17,6 +17,7 @@ from osmosis.eval.environment import RolloutEnvironment
 from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_process import (
     LOG_PREFIX,
+    OFFLINE_DEFAULTS,
     RolloutProcess,
     RolloutStartError,
     child_environment,
@@ -119,11 +120,9 @@ async def test_a_child_that_dies_mid_run_is_noticed(tmp_path):
         os.kill(process.pid, signal.SIGKILL)
         assert await asyncio.wait_for(process.wait_dead(), 5) == -signal.SIGKILL
         assert process.exited.is_set() and not process.alive
-        signal_ = process.exit_signal  # what the engine watches to halt dispatch
-        assert signal_.event.is_set()
-        assert (
-            signal_.reason
-            == "rollout server 'chatty' exited unexpectedly (code -9): ready to serve"
+        # The cause, not the last line it printed ("ready to serve" explains nothing).
+        assert process.exit_reason == (
+            "rollout server 'chatty' exited unexpectedly (code -9, killed by SIGKILL)"
         )
     finally:
         await process.stop()
@@ -289,4 +288,18 @@ def test_the_child_environment_keeps_supervisor_variables_authoritative(tmp_path
         "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(tmp_path),
         "_OSMOSIS_ROLLOUT_INSTANCE_ID": "abc",
         "PYTHONUNBUFFERED": "1",
+        **OFFLINE_DEFAULTS,
     }
+
+
+def test_offline_defaults_yield_to_the_environment_and_the_runs_env_table(tmp_path):
+    child = child_environment(
+        base_env={"DO_NOT_TRACK": "0"},
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "False"},
+        environment=CURRENT,
+        port=8123,
+        artifact_root=tmp_path,
+        instance_id="abc",
+    )
+    assert child["DO_NOT_TRACK"] == "0" and child["LITELLM_LOCAL_MODEL_COST_MAP"] == "False"
+    assert child["LITELLM_OFFLINE_MODE"] == "true"

@@ -1,8 +1,10 @@
 """The model bridge: the only way a rollout reaches the policy model.
 
-One bridge serves one evaluation run, on loopback, inside the engine's event loop. Each
-attempt gets a rollout-scoped OpenAI base URL (`bridge.rollout_url(rollout_id)`) and the run's
-bearer token (`bridge.token`); any OpenAI-speaking client or agent framework works with them.
+One bridge serves one evaluation run, inside the engine's event loop, on loopback unless the
+host binds it wider (`start(host=...)`) and advertises the URL other machines use
+(`advertise_url`). Each attempt gets a rollout-scoped OpenAI base URL
+(`bridge.rollout_url(rollout_id)`) and the run's bearer token (`bridge.token`); any
+OpenAI-speaking client or agent framework works with them.
 The bridge pins the run's model, holds the provider credentials, refuses credential and
 transport overrides (`osmosis.eval.bridge_rules`), counts tokens and cost per rollout, records
 every call for the trajectory, and retries provider faults (`osmosis.eval.retry`).
@@ -12,46 +14,61 @@ every call for the trajectory, and retries provider faults (`osmosis.eval.retry`
         ...
         calls = bridge.take_calls(rollout_id)        # for the trajectory
         usage = bridge.usage(rollout_id)             # tokens and USD for the attempt record
-        if bridge.outage.is_set(): ...               # halt dispatch, leave work pending
+        if bridge.outage.is_set():                   # pause dispatch, requeue the stuck
+            bridge.stuck_rollouts()                   # rollouts, then forget them
+            await bridge.wait_recovered(300)          # the bridge probes by itself
 
 Route: `POST /v1/rollouts/{rollout_id}/chat/completions` (clients append `/chat/completions`
 to the rollout URL). `stream=true` is emulated: the provider is called without streaming and
 the finished completion is replayed as SSE (`osmosis.eval.bridge_wire`), with keep-alive
 comments while a slow provider works.
 
-Provider outages: when a retryable fault (429, 5xx, no connection, timeout) outlasts the
-`RetryPolicy`, the workflow gets 503 and `bridge.outage` is set with `bridge.outage_reason`,
-so the engine halts dispatch instead of recording failures. Nothing clears it but the engine
-(`clear_outage()`): a later successful call does not, because one lucky call says little
-about a provider that just failed for a minute.
+Provider outages (`osmosis.eval.bridge_outage`): `bridge.outage` is set, with
+`bridge.outage_reason`, when a retryable fault (429, 5xx, no connection, timeout) outlasts the
+`RetryPolicy`, when calls in a row time out, or when the provider stops answering altogether
+(calls waiting, no answer for `OutagePolicy.stall_after_s`, and a probe unanswered too). The
+engine then pauses dispatch instead of recording failures. While declared, every new call gets
+503 at once and calls waiting between retries stop waiting; calls stuck inside the provider
+stay until the engine forgets their rollout (`forget` releases them with a 503). The bridge
+probes the provider with a one-token completion (backoff, capped) and clears the outage on
+the first success; a stuck call that finally succeeds does not clear it, because one lucky
+call says little about a provider that just stopped for a minute. `clear_outage()` is the
+engine's override.
 
-Served by uvicorn (httptools parser) running a bare ASGI callable: one route needs no
-framework, and the bridge's own overhead stays far below the provider transport's.
+The probe is a one-token chat completion, not `GET /models`: it goes through the very path
+rollouts use (transport, credentials, model name, LiteLLM translation), it is the one request
+every provider supports, and an inference server whose engine is wedged often still lists
+its models. It costs a few prompt tokens per probe, at most one every `probe_max_s`.
+
+Served by `osmosis.eval.bridge_http` (the httptools parser, one bare ASGI callable, each
+answer written in one system call): one route needs no framework, and the bridge's own
+overhead stays far below the provider transport's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
-import importlib.util
-import json
 import logging
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
-import uvicorn
+import pydantic_core
 
 from osmosis.eval.bridge_calls import CallLog, CallRecord, Usage
+from osmosis.eval.bridge_http import AsgiServer
+from osmosis.eval.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
 from osmosis.eval.bridge_rules import RequestRejected, inference_params
 from osmosis.eval.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
 from osmosis.eval.pricing import price_for
+from osmosis.eval.provider_openai import is_loopback
 from osmosis.eval.providers import (
     Completion,
     ModelTarget,
@@ -61,7 +78,7 @@ from osmosis.eval.providers import (
 )
 from osmosis.eval.retry import RetriesExhausted, RetryPolicy, call_with_retries
 
-__all__ = ["CallRecord", "ModelBridge", "Usage"]
+__all__ = ["CallRecord", "ModelBridge", "OutagePolicy", "Usage"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +92,9 @@ _SUFFIX = "/chat/completions"
 _MAX_BODY = 64 * 1024 * 1024
 _REDACTED = "[REDACTED]"
 _GRACEFUL_STOP = 3
+_UNAVAILABLE = "provider_unavailable"
+_PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -92,23 +112,8 @@ class _Outcome:
     error: str | None = None
     code: str | None = None
     attempts: int = 0
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its signal handlers: the engine owns Ctrl-C and SIGTERM, and the bridge
-    stops when the engine says so, at once rather than at uvicorn's next 0.1 s poll."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.exit_requested = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-    async def main_loop(self) -> None:
-        await self.on_tick(0)  # sets the default response headers
-        await self.exit_requested.wait()
+    released: bool = False
+    """The engine forgot the rollout while this call waited: nothing is recorded."""
 
 
 class ModelBridge:
@@ -123,6 +128,11 @@ class ModelBridge:
             target's own credentials are blanked.
         heartbeat: seconds between keep-alive comments on a stream still waiting for the
             provider.
+        outage_policy: when the provider counts as down and how it is probed back
+            (`OutagePolicy`; see the module doc).
+        advertise_url: the root URL rollouts use to reach the bridge when that is not the
+            address it listens on (another machine, a proxy): `http://10.0.0.5:8321`. A
+            trailing `/v1` is accepted; without a port, the bound port is used.
 
         bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
         await bridge.start()
@@ -138,6 +148,8 @@ class ModelBridge:
         retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so sharing it is safe
         redact: Callable[[str], str] | None = None,
         heartbeat: float = 10.0,
+        outage_policy: OutagePolicy = OutagePolicy(),  # noqa: B008 - frozen, like retry
+        advertise_url: str | None = None,
     ) -> None:
         self.target = target
         self.token = token if token is not None else secrets.token_hex(16)
@@ -145,24 +157,28 @@ class ModelBridge:
             raise ValueError("the bridge token must not be empty")
         self.retry = retry
         self.heartbeat = heartbeat
-        self.outage = asyncio.Event()
-        """Set when the provider stayed unavailable past the retry policy; see the module doc."""
-        self.outage_reason: str | None = None
+        self.advertise_url = advertise_url
+        self._advertised = _advertised_root(advertise_url) if advertise_url else None
+        self._watch = ProviderWatch(outage_policy, self._probe, scrub=self.scrub)
+        self.outage = self._watch.outage
+        """Set while the provider is declared down; see the module doc."""
         self._redact = redact
         self._token_bytes = self.token.encode()
         self._secrets = tuple(s for s in (*target.secrets(), self.token) if s)
         self._log = CallLog(target.model_path)
         self._transport: Transport | None = None
-        self._server: _EmbeddedServer | None = None
-        self._serving: asyncio.Task[None] | None = None
+        self._server: AsgiServer | None = None
         self._base_url: str | None = None
+        self._bound_url: str | None = None
         self._pending: set[asyncio.Task[_Outcome]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
         """Open the provider transport and listen on `host:port` (0: a free port).
 
-        Returns once connections are accepted; `base_url` then holds the real port.
+        Returns once connections are accepted; `base_url` then holds the real port. A host
+        beyond loopback (`0.0.0.0`, a LAN address) is allowed, with a warning: the run's token
+        guards every call, but the traffic is plain HTTP.
         """
         if self._server is not None:
             raise RuntimeError("the model bridge is already running")
@@ -180,49 +196,52 @@ class ModelBridge:
             await self._transport.aclose()
             self._transport = None
             raise
-        config = uvicorn.Config(
+        # Agents pause between turns (tools, graders): idle connections stay open 75 s.
+        server = AsgiServer(
             self._asgi,
-            lifespan="off",
-            interface="asgi3",  # a bound method defeats uvicorn's detection
-            proxy_headers=False,  # loopback only: no proxy to trust, one middleware fewer
-            http="httptools" if importlib.util.find_spec("httptools") else "h11",
-            # Leave the process's logging alone (a platform server may share the process):
-            # no dictConfig, no level changes, no access log.
-            log_config=None,
-            log_level=None,
-            access_log=False,
-            server_header=False,
-            date_header=False,
-            # Agents pause between turns (tools, graders); keep their connections open.
-            timeout_keep_alive=75,
-            timeout_graceful_shutdown=_GRACEFUL_STOP,
+            keep_alive_sec=75.0,
+            graceful_sec=_GRACEFUL_STOP,
+            max_body=_MAX_BODY,
+            error_body=_openai_error,
         )
-        server = _EmbeddedServer(config)
+        try:
+            await server.start(sock)
+        except BaseException:
+            sock.close()
+            await self._transport.aclose()
+            self._transport = None
+            raise
         self._server = server
-        self._serving = asyncio.create_task(server.serve(sockets=[sock]), name="model-bridge")
-        while not server.started:
-            if self._serving.done():
-                sock.close()
-                self._server = None
-                await self._transport.aclose()
-                self._transport = None
-                self._serving.result()  # re-raises why it could not start
-                raise RuntimeError("the model bridge stopped while starting")
-            await asyncio.sleep(0.002)
         bound_host, bound_port = sock.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        self._base_url = f"http://{shown}:{bound_port}/v1"
+        self._bound_url = f"http://{_shown(bound_host)}:{bound_port}"
+        if self._advertised is not None:
+            scheme, advertised_host, advertised_port, path = self._advertised
+            shown_port = advertised_port if advertised_port is not None else bound_port
+            root = f"{scheme}://{_shown(advertised_host)}:{shown_port}{path}"
+        else:
+            # A wildcard address is where to listen, not where to connect: local rollouts
+            # reach a wildcard bind through loopback.
+            local = _WILDCARDS.get(bound_host, bound_host)
+            root = f"http://{_shown(local)}:{bound_port}"
+        self._base_url = f"{root}/v1"
+        if not is_loopback(self._bound_url):
+            logger.warning(
+                "model bridge listening on %s, beyond loopback: rollouts reach it at %s with "
+                "the run's bearer token; the traffic is plain HTTP, so keep it on a trusted "
+                "network",
+                self._bound_url,
+                self._base_url,
+            )
+        self._watch.start()
         return self
 
     async def stop(self) -> None:
         """Stop listening (in-flight calls get a few seconds to finish) and close the
         provider connections. Recorded calls and usage stay readable."""
-        server, serving = self._server, self._serving
-        self._server = self._serving = None
-        if server is not None and serving is not None:
-            server.should_exit = True
-            server.exit_requested.set()
-            await serving
+        server, self._server = self._server, None
+        await self._watch.stop()
+        if server is not None:
+            await server.stop()
         for task in list(self._pending):
             task.cancel()
         transport, self._transport = self._transport, None
@@ -243,10 +262,18 @@ class ModelBridge:
     # -- addresses ---------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        """`http://127.0.0.1:PORT/v1` once started."""
+        """The OpenAI base URL rollouts use, once started: `http://127.0.0.1:PORT/v1`, or the
+        advertised root followed by `/v1`."""
         if self._base_url is None:
             raise RuntimeError("the model bridge has not started; await bridge.start()")
         return self._base_url
+
+    @property
+    def bound_url(self) -> str:
+        """Where the bridge really listens, once started: `http://HOST:PORT` (no `/v1`)."""
+        if self._bound_url is None:
+            raise RuntimeError("the model bridge has not started; await bridge.start()")
+        return self._bound_url
 
     def rollout_url(self, rollout_id: str) -> str:
         """The OpenAI base URL one rollout uses: `…/v1/rollouts/{rollout_id}`."""
@@ -265,13 +292,38 @@ class ModelBridge:
 
     def forget(self, rollout_id: str) -> None:
         """Drop everything kept for `rollout_id` (call it once the attempt is recorded, so
-        memory follows concurrency rather than the number of attempts)."""
+        memory follows concurrency rather than the number of attempts).
+
+        Calls still waiting for the provider on its behalf are released: they answer 503 and
+        nothing more is recorded for it (how the engine frees attempts stuck in an outage).
+        """
+        self._watch.release(rollout_id)
         self._log.forget(rollout_id)
 
+    # -- outages -------------------------------------------------------------------------------
+    @property
+    def outage_reason(self) -> str | None:
+        """Why the provider is declared down (secrets blanked); None while it is not."""
+        return self._watch.reason
+
+    def stuck_rollouts(self) -> set[str]:
+        """Rollout ids with a call inside the provider transport right now.
+
+        During an outage these are the attempts waiting on a provider that stopped answering.
+        """
+        return self._watch.stuck_rollouts()
+
+    async def wait_recovered(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until no outage is declared: True at once when none is, or when a probe
+        clears it; False after `timeout` seconds (None: wait for ever).
+
+            if not await bridge.wait_recovered(300): halt("provider still down")
+        """
+        return await self._watch.wait_recovered(timeout)
+
     def clear_outage(self) -> None:
-        """Forget a declared outage (the engine decides when the provider is back)."""
-        self.outage.clear()
-        self.outage_reason = None
+        """End a declared outage now, without waiting for a probe (the engine's override)."""
+        self._watch.clear()
 
     # -- errors and secrets -------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -280,12 +332,6 @@ class ModelBridge:
             if secret in text:
                 text = text.replace(secret, _REDACTED)
         return self._redact(text) if self._redact is not None else text
-
-    def _declare_outage(self, reason: str) -> None:
-        if not self.outage.is_set():
-            self.outage_reason = reason
-            self.outage.set()
-            logger.warning("model provider outage declared: %s", reason)
 
     def _log_retry(self, error: ProviderError, attempt: int, wait: float) -> None:
         what = f"HTTP {error.status}" if error.status is not None else error.cause
@@ -298,23 +344,50 @@ class ModelBridge:
         )
 
     # -- calling the provider ----------------------------------------------------------------
-    async def _call_provider(self, request: Mapping[str, Any]) -> _Outcome:
+    async def _probe(self) -> None:
+        """One cheap completion through the rollouts' transport (raises `ProviderError`)."""
+        transport = self._transport
+        if transport is None:
+            raise ProviderError("the model bridge is stopping", cause="unknown")
+        await transport.complete(
+            {"model": self.target.model, "messages": _PROBE_MESSAGES, "max_tokens": 1}
+        )
+
+    async def _call_provider(self, rollout_id: str, request: Mapping[str, Any]) -> _Outcome:
         transport = self._transport
         if transport is None:
             return _Outcome(503, error="the model bridge is stopping", code="bridge_stopping")
+        watch = self._watch
+        if watch.outage.is_set():
+            # Fail fast: the engine requeues the attempt, and no call piles onto a provider
+            # that is down.
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE)
+        call = watch.enter(rollout_id)
         attempts = 0
 
         async def attempt() -> Completion:
             nonlocal attempts
             attempts += 1
-            return await transport.complete(request)
+            return await watch.through(call, transport.complete(request))
 
         try:
-            completion = await call_with_retries(attempt, self.retry, on_retry=self._log_retry)
+            completion = await call_with_retries(
+                attempt, self.retry, sleep=watch.retry_sleep, on_retry=self._log_retry
+            )
+        except asyncio.CancelledError:
+            # `forget` cancelled us: the engine gave this rollout up. Any other cancellation
+            # (the bridge stopping) goes on.
+            if call.released and call.task is not None and call.task.uncancel() == 0:
+                message = "the run gave this rollout up while the model provider was unavailable"
+                return _Outcome(
+                    503, error=message, code=_UNAVAILABLE, attempts=attempts, released=True
+                )
+            raise
+        except OutageDeclared:
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
         except RetriesExhausted as exhausted:
-            reason = self.scrub(f"the model provider is unavailable: {exhausted}")
-            self._declare_outage(reason)
-            return _Outcome(503, error=reason, code="provider_unavailable", attempts=attempts)
+            watch.declare(f"the model provider is unavailable: {exhausted}")
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
         except ProviderError as error:
             status = error.status if error.status is not None and error.status >= 400 else 502
             return _Outcome(
@@ -324,7 +397,12 @@ class ModelBridge:
             logger.exception("model bridge: unexpected error calling the provider")
             message = self.scrub(f"internal bridge error: {type(error).__name__}: {error}")
             return _Outcome(500, error=message, code="bridge_error", attempts=attempts)
+        finally:
+            watch.leave(call)
         return _Outcome(200, completion=completion, attempts=attempts)
+
+    def _unavailable(self) -> str:
+        return self._watch.reason or "the model provider is unavailable"
 
     def _record(
         self,
@@ -357,8 +435,9 @@ class ModelBridge:
     ) -> _Outcome:
         # The run's model, whatever the client named: the bridge pins it.
         request = {**params, "model": self.target.model, "messages": messages}
-        outcome = await self._call_provider(request)
-        self._record(rollout_id, started_at, began, messages, params, outcome)
+        outcome = await self._call_provider(rollout_id, request)
+        if not outcome.released:  # a forgotten rollout keeps nothing
+            self._record(rollout_id, started_at, began, messages, params, outcome)
         return outcome
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -406,7 +485,7 @@ class ModelBridge:
         started_at = datetime.now(UTC)
         began = time.perf_counter()
         try:
-            body = json.loads(raw)
+            body = pydantic_core.from_json(raw)  # half of json.loads's time
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -435,7 +514,7 @@ class ModelBridge:
             return
         payload = completion.raw
         if payload is None:
-            payload = json.dumps(completion.payload, separators=(",", ":")).encode()
+            payload = pydantic_core.to_json(completion.payload)
         await _send_bytes(send, 200, payload, _JSON_HEADERS)
 
     async def _stream(self, call: Awaitable[_Outcome], include_usage: bool, send: Send) -> None:
@@ -466,6 +545,35 @@ class ModelBridge:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _advertised_root(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
+    what is wrong."""
+    parts = urlsplit(url.strip())
+    problems = []
+    if parts.scheme not in ("http", "https"):
+        problems.append("it must start with http:// or https://")
+    if not parts.hostname:
+        problems.append("it names no host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        problems.append("it must hold no user, password, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        problems.append("its port is not a number from 0 to 65535")
+        port = None
+    if problems:
+        raise ValueError(
+            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
+            "(e.g. http://10.0.0.5:8321)"
+        )
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return parts.scheme, parts.hostname or "", port, path
+
+
 async def _read_body(receive: Receive) -> bytes | None:
     """The whole request body; None when it exceeds the limit."""
     parts: list[bytes] = []
@@ -481,6 +589,11 @@ async def _read_body(receive: Receive) -> bytes | None:
         parts.append(chunk)
         if not message.get("more_body", False):
             return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _openai_error(status: int, message: str) -> tuple[bytes, bytes]:
+    """The bridge server's own refusals (400, 413, 431, 500) in the shape OpenAI clients read."""
+    return b"application/json", error_body(status, message)
 
 
 async def _send_bytes(

@@ -1,47 +1,65 @@
-"""The one evaluation engine: dispatch every pending attempt to a rollout server and record it.
+"""The one evaluation engine: dispatch every pending attempt over a site's endpoints and
+record what each one did.
 
-Hosts (`osmosis eval run`, the platform worker, Ray) give it a rollout client, a bridge, the
-work and a results sink; nothing here knows which host it runs under.
+Hosts (`osmosis eval run`, the platform worker) give it a started site, a bridge, the work
+and a results sink; nothing here knows which host or which site it runs under.
 
-    engine = Engine(rollout=client, bridge=bridge, sink=sink, settings=settings)
+    engine = Engine(site=site, bridge=bridge, sink=run_dir, settings=settings)
     outcome = await engine.run(work_items)
 
-Failure is explicit: an attempt ends `success`, `failed` (with an error type) or `skipped`.
-A fault of the system rather than of the attempt (dead rollout server, provider outage, a
-5xx admission) halts dispatch and leaves the affected attempts pending — never recorded as
-failures — so a resume picks them up.
+Honesty rules (issue 11):
+
+- Every attempt ends `success`, `failed` (with an error type) or `skipped`, or it stays
+  *pending* — never a silent zero. A fault of the system rather than of the rollout goes back
+  to pending with a fresh rollout id: an endpoint that died or stopped answering (its
+  in-flight attempts are retried on the others and on its replacement), a 5xx admission, a
+  model bridge that answered 502/503, a provider outage.
+- A provider outage (declared by the bridge) pauses dispatch; attempts whose model call was
+  stuck are cancelled and re-run **from the start** once the provider answers again (their
+  agent deadline is not paused: a fresh attempt gets a fresh deadline). A failed attempt
+  whose model call is still outstanding waits for the bridge's verdict before it counts.
+  Past `outage_wait_sec` the run halts, resumable.
+- Every dispatched task is awaited and its result read; an unexpected exception halts the
+  run naming the attempt. The outcome's counts come from those results.
+- A halt stops dispatch at once and cancels what is in flight: all of it stays pending.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from osmosis._version import __version__
+from osmosis.eval.classify import RESOURCE_LIMIT, attempt_trajectory, classify
 from osmosis.eval.records import AttemptRecord
-from osmosis.eval.rollout_client import (
+from osmosis.eval.sites.api import (
+    PROTOCOL_ERROR,
     AdmissionRejected,
+    AtCapacity,
+    MalformedResponse,
     ResultDeadlineExceeded,
-    RolloutClient,
     RolloutServerUnavailable,
 )
+from osmosis.eval.sites.seam import Endpoint, Site
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
-from osmosis.rollout.trajectory import build_trajectory
 from osmosis.rollout.types import ErrorCategory, Messages, RolloutStatus
-
-PROTOCOL_ERROR = "rollout_protocol_error"
-"""The error type of an attempt whose admission the rollout server refused with a 4xx."""
 
 SUPERVISOR_GRACE_SEC = 60.0
 """Beyond the agent and grader deadlines, how long the engine waits for a result."""
+
+DEFAULT_OUTAGE_WAIT_SEC = 300.0
+"""How long a declared provider outage may last before the run halts (resumable)."""
+
+_HEALTH_PROBE_SEC = 5.0
+_DEATH_NOTICE_SEC = 1.0  # a failed probe waits this long for the site to say why it died
+_REMOTE_CANCEL_SEC = 5.0
+_VERDICT_POLL_SEC = 0.05
 
 
 @dataclass(frozen=True)
@@ -64,13 +82,14 @@ class FinishedAttempt:
     trajectory: dict[str, Any] | None
     """The ATIF document, enriched with the bridge's per-call tokens, cost and latency."""
     trial_dir: Path | None
-    """Where the rollout wrote `artifacts/` for this attempt, if anywhere."""
+    """A local directory holding `trajectory.json` and `artifacts/` of this attempt."""
 
 
 class ResultsSink(Protocol):
-    """Where finished attempts go. `record` must be durable when it returns."""
+    """Where finished attempts go. `store` returns once the attempt is durable (the run
+    directory writes on a thread with group commit: the event loop never waits on a disk)."""
 
-    def record(self, attempt: FinishedAttempt) -> None: ...
+    async def store(self, attempt: FinishedAttempt) -> None: ...
 
     def log(self, line: str) -> None: ...
 
@@ -95,7 +114,7 @@ class PolicyCall(Protocol):
 
 
 class PolicyBridge(Protocol):
-    """What the engine needs of the model bridge."""
+    """What the engine needs of the model bridge (INTERFACES.md §2)."""
 
     @property
     def token(self) -> str: ...
@@ -112,22 +131,36 @@ class PolicyBridge(Protocol):
 
     def forget(self, rollout_id: str) -> None: ...
 
+    def stuck_rollouts(self) -> set[str]: ...
+
+    async def wait_recovered(self, timeout: float) -> bool: ...  # noqa: ASYNC109 - §2
+
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How to run: concurrency, deadlines and where rollout trials land."""
+    """How to run: concurrency, deadlines and how long to wait out faults."""
 
     concurrency: int
     agent_timeout_sec: float | None
     grader_timeout_sec: float | None
-    artifact_root: Path | None = None
-    """The rollout server's `_OSMOSIS_ROLLOUT_ARTIFACT_ROOT` (trajectories and artifacts)."""
+    outage_wait_sec: float = DEFAULT_OUTAGE_WAIT_SEC
+    """A provider outage lasting longer halts the run (resumable)."""
+    verdict_wait_sec: float = 120.0
+    """How long a failed attempt whose model call is still outstanding waits for the bridge
+    to either get an answer or declare an outage (longer than the bridge's stall window)."""
+    max_requeues: int = 5
+    """An attempt sent back to pending more often than this (outages and 429s aside) halts
+    the run: something keeps failing that is not the rollout's fault."""
+    admission_wait_sec: float = 600.0
+    """An endpoint that answers nothing but 429 for this long is treated as gone."""
+    supervisor_grace_sec: float = SUPERVISOR_GRACE_SEC
+    """Beyond the agent and grader deadlines, how long to wait for a result."""
 
     @property
     def supervisor_deadline_sec(self) -> float:
         if self.agent_timeout_sec is None or self.grader_timeout_sec is None:
             return 3600.0
-        return self.agent_timeout_sec + self.grader_timeout_sec + SUPERVISOR_GRACE_SEC
+        return self.agent_timeout_sec + self.grader_timeout_sec + self.supervisor_grace_sec
 
 
 @dataclass(frozen=True)
@@ -135,340 +168,593 @@ class EngineOutcome:
     """How a dispatch ended. `halted` carries the reason when a system fault stopped it."""
 
     dispatched: int
+    """Distinct work items taken from the input (a re-run after a requeue is not counted)."""
     recorded: int
     pending: int
+    """dispatched - recorded: what a resume will run again."""
+    requeued: int = 0
+    """Attempts that went back to pending and were dispatched again."""
     halted: str | None = None
     interrupted: bool = False
 
 
-class HaltSignal(Protocol):
-    """Something whose event means "stop dispatching" (a dead rollout process, say)."""
+@dataclass(eq=False)
+class _Lane:
+    """One endpoint and what the engine knows of it."""
 
-    @property
-    def event(self) -> asyncio.Event: ...
+    endpoint: Endpoint
+    load: int = 0
+    cool_until: float = 0.0
+    busy_since: float | None = None  # first 429 since the last admission
+    probing: bool = False
+    retired: bool = False
+    watcher: asyncio.Task[None] | None = None
+    solo: bool = False  # running a suspect of a resource limit: nothing else goes here
 
-    @property
-    def reason(self) -> str: ...
+    def has_room(self, now: float) -> bool:
+        capacity = self.endpoint.capacity
+        return (
+            not self.retired
+            and not self.solo
+            and self.cool_until <= now
+            and (capacity is None or self.load < capacity)
+        )
 
 
-class _Halt(Exception):
-    """An attempt hit a process-wide fault: leave it pending and stop dispatching."""
+@dataclass(eq=False)
+class _Running:
+    item: WorkItem
+    rollout_id: str
+    lane: _Lane
+    requeue: str | None = None  # why the engine stopped it to run it again
+    counts: bool = True  # whether that requeue counts towards max_requeues
+    recording: bool = False  # finished, being stored: never cancelled, never requeued
+    recorded: bool = False
+    released: bool = False  # its concurrency slot and endpoint share are free again
+    verdict: str | None = None  # charged with its endpoint's resource limit: fails with it
+    solo: bool = False  # a suspect of a resource limit, run alone on its endpoint
+
+
+@dataclass(frozen=True)
+class _Requeue:
+    reason: str
+    counts: bool = True
 
 
 class Engine:
-    """Evaluates work items against one rollout server through one bridge."""
+    """Evaluates work items on a site's endpoints through one bridge."""
 
     def __init__(
         self,
         *,
-        rollout: RolloutClient,
+        site: Site,
         bridge: PolicyBridge,
         sink: ResultsSink,
         settings: EngineSettings,
-        halt_signals: Iterable[HaltSignal] = (),
         on_record: Callable[[AttemptRecord], None] | None = None,
     ) -> None:
-        self.rollout = rollout
+        self.site = site
         self.bridge = bridge
         self.sink = sink
         self.settings = settings
-        self.halt_signals = list(halt_signals)
         self.on_record = on_record
         self._halt_reason: str | None = None
-        self._halted = asyncio.Event()
-        self._in_flight: set[str] = set()
+        self._stopping = False
+        self._outage: str | None = None
+        self._lanes: list[_Lane] = []
+        self._running: dict[asyncio.Task[_Requeue | None], _Running] = {}
+        self._in_flight = 0  # attempts of `_running` not yet finished (being stored: not)
+        self._requeued: deque[WorkItem] = deque()
+        self._requeue_counts: dict[tuple[int, int], int] = {}
+        # Attempts in flight on an endpoint killed by a resource limit with others: each is
+        # re-run alone, so a second kill names the one that causes it (issue 12).
+        self._suspects: set[tuple[int, int]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._replacing = 0
+        self._last_loss = "no rollout endpoint was started"
+        self._source: AsyncIterator[WorkItem] | None = None
+        self._exhausted = False
+        self._dispatched = self._recorded = self._requeues = 0
 
     @property
     def halt_reason(self) -> str | None:
         return self._halt_reason
 
     def halt(self, reason: str) -> None:
-        """Stop dispatching; attempts still in flight finish or stay pending."""
+        """Stop dispatching; what is in flight is cancelled and stays pending."""
+        if self._stopping:
+            return
         if self._halt_reason is None:
             self._halt_reason = reason
             self.sink.log(f"halting dispatch: {reason}")
-        self._halted.set()
+        self._wake.set()
 
+    # -- the dispatch loop ------------------------------------------------------------------
     async def run(self, items: Iterable[WorkItem] | AsyncIterator[WorkItem]) -> EngineOutcome:
-        """Dispatch every item with at most `concurrency` in flight; returns when all
-        dispatched attempts ended or a halt drained them."""
-        slots = asyncio.Semaphore(self.settings.concurrency)
-        tasks: set[asyncio.Task[bool]] = set()
-        dispatched = recorded = 0
-        watchers = [asyncio.create_task(self._watch(signal)) for signal in self.halt_signals]
-        watchers.append(asyncio.create_task(self._watch_bridge()))
-        interrupted = False
+        """Dispatch every item with at most `concurrency` in flight over the site's endpoints;
+        returns when every item is recorded or the run halted."""
+        self._source = _aiter(items)
+        for endpoint in self.site.endpoints:
+            self._add(endpoint)
+        outage_watch = asyncio.create_task(self._watch_outage(), name="engine-outage-watch")
         try:
-            async for item in _aiter(items):
-                await slots.acquire()
-                if self._halted.is_set():
-                    slots.release()
-                    break
-                dispatched += 1
-                task = asyncio.create_task(self._attempt(item))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                task.add_done_callback(lambda _: slots.release())
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            recorded = sum(1 for r in results if r is True)
-        except asyncio.CancelledError:
-            interrupted = True
-            await self._cancel_in_flight(tasks)
+            await self._drive()
+            await self._drain()
+        except BaseException:  # interrupted (Ctrl-C, eval stop): record nothing more
+            await self._drain(stopping=True)
             raise
         finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            outage_watch.cancel()
+            for lane in self._lanes:
+                if lane.watcher is not None:
+                    lane.watcher.cancel()
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(
+                outage_watch,
+                *(lane.watcher for lane in self._lanes if lane.watcher is not None),
+                *self._background,
+                return_exceptions=True,
+            )
+            if self._timer is not None:
+                self._timer.cancel()
         return EngineOutcome(
-            dispatched=dispatched,
-            recorded=recorded,
-            pending=dispatched - recorded,
+            dispatched=self._dispatched,
+            recorded=self._recorded,
+            pending=self._dispatched - self._recorded,
+            requeued=self._requeues,
             halted=self._halt_reason,
-            interrupted=interrupted,
+        )
+
+    async def _drive(self) -> None:
+        while True:
+            await self._fill()
+            if self._halt_reason is not None:
+                return
+            if not self._running:
+                if self._exhausted and not self._requeued:
+                    return
+                if self._replacing == 0 and not any(not lane.retired for lane in self._lanes):
+                    self.halt(f"no rollout server left: {self._last_loss}")
+                    return
+            await self._wake.wait()
+            self._wake.clear()
+            self._harvest()
+
+    async def _fill(self) -> None:
+        concurrency = self.settings.concurrency
+        # An attempt being stored (waiting for its journal fsync) holds no slot: a slow disk
+        # must not idle the rollouts. At most `concurrency` of them wait at once (memory).
+        while (
+            self._halt_reason is None
+            and self._outage is None
+            and self._in_flight < concurrency
+            and len(self._running) < 2 * concurrency
+        ):
+            solo = bool(self._requeued) and _key(self._requeued[0]) in self._suspects
+            lane = self._pick(solo=solo)
+            if lane is None:
+                return
+            item = await self._next_item()
+            if item is None:
+                return
+            run = _Running(item=item, rollout_id=uuid.uuid4().hex, lane=lane)
+            lane.solo = run.solo = solo
+            lane.load += 1
+            self._in_flight += 1
+            task = asyncio.create_task(self._attempt(run))
+            task.add_done_callback(lambda _: self._wake.set())
+            self._running[task] = run
+
+    def _pick(self, *, solo: bool = False) -> _Lane | None:
+        """The live endpoint with the fewest attempts in flight that has room for one more
+        (`solo`: an idle one)."""
+        now = time.monotonic()
+        best: _Lane | None = None
+        for lane in self._lanes:
+            if (
+                lane.has_room(now)
+                and (not solo or lane.load == 0)
+                and (best is None or lane.load < best.load)
+            ):
+                best = lane
+        if best is None:
+            cooling = [lane.cool_until for lane in self._lanes if lane.cool_until > now]
+            if cooling:
+                self._wake_at(min(cooling))  # a 429's Retry-After is over: look again
+        return best
+
+    async def _next_item(self) -> WorkItem | None:
+        if self._requeued:
+            return self._requeued.popleft()
+        if self._exhausted or self._source is None:
+            return None
+        try:
+            item = await anext(self._source)
+        except StopAsyncIteration:
+            self._exhausted = True
+            return None
+        self._dispatched += 1
+        return item
+
+    def _harvest(self) -> None:
+        """Read the result of every finished attempt task (exact accounting)."""
+        for task in [task for task in self._running if task.done()]:
+            run = self._running.pop(task)
+            self._release(run)
+            self.bridge.forget(run.rollout_id)  # memory follows what is in flight
+            if run.recorded:
+                self._recorded += 1
+                self._suspects.discard(_key(run.item))
+            if task.cancelled():
+                if run.requeue is not None:
+                    self._requeue(run.item, run.requeue, counts=run.counts)
+                continue  # cancelled by a halt or an interrupt: pending
+            error = task.exception()
+            if error is not None:
+                self.halt(
+                    f"attempt row {run.item.row_index} run {run.item.run_index} "
+                    f"(rollout {run.rollout_id}) failed unexpectedly: "
+                    f"{type(error).__name__}: {error}"
+                )
+                continue
+            requeue = task.result()
+            if requeue is not None:
+                self._requeue(run.item, requeue.reason, counts=requeue.counts)
+
+    def _release(self, run: _Running) -> None:
+        """Give back the attempt's concurrency slot and its share of its endpoint (once)."""
+        if run.released:
+            return
+        run.released = True
+        self._in_flight -= 1
+        run.lane.load -= 1
+        if run.solo:
+            run.lane.solo = False
+
+    def _requeue(self, item: WorkItem, reason: str, *, counts: bool) -> None:
+        if self._halt_reason is not None or self._stopping:
+            return  # the run is stopping: it stays pending
+        key = (item.row_index, item.run_index)
+        if counts:
+            times = self._requeue_counts[key] = self._requeue_counts.get(key, 0) + 1
+            if times > self.settings.max_requeues:
+                self.halt(
+                    f"row {item.row_index} run {item.run_index} went back to pending "
+                    f"{times - 1} times; last: {reason}"
+                )
+                return
+            self.sink.log(f"row {item.row_index} run {item.run_index}: back to pending ({reason})")
+        self._requeues += 1
+        self._requeued.append(item)
+
+    async def _drain(self, *, stopping: bool = False) -> None:
+        """Cancel what is still in flight (on the endpoints too) and read every result."""
+        if stopping:
+            self._stopping = True
+        self._harvest()
+        if not self._running:
+            return
+        # Our tasks go first: while an endpoint's cancel call is awaited, a task could still
+        # record the "cancelled" result that very call produces, as a failed attempt. A
+        # finished attempt being stored is left to finish (milliseconds): cut short, it would
+        # be on disk yet counted as pending.
+        by_lane: dict[_Lane, list[str]] = {}
+        for task, run in self._running.items():
+            if run.recording:
+                continue
+            task.cancel()
+            by_lane.setdefault(run.lane, []).append(run.rollout_id)
+        await asyncio.gather(*self._running, return_exceptions=True)
+        self._harvest()
+        await asyncio.gather(
+            *(
+                self._cancel_remote(lane, ids)
+                for lane, ids in by_lane.items()
+                if not lane.endpoint.dead.is_set()
+            )
         )
 
     # -- one attempt ------------------------------------------------------------------------
-    async def _attempt(self, item: WorkItem) -> bool:
-        """Run one attempt; True when its record was written."""
-        rollout_id = uuid.uuid4().hex
+    async def _attempt(self, run: _Running) -> _Requeue | None:
+        """Run one attempt; None once its record is written, else why it goes back."""
         started = time.monotonic()
-        self._in_flight.add(rollout_id)
-        try:
-            result = await self._dispatch(item, rollout_id)
-        except _Halt:
-            self.bridge.forget(rollout_id)
-            return False
-        finally:
-            self._in_flight.discard(rollout_id)
+        outcome = await self._roll(run)
+        if isinstance(outcome, _Requeue):
+            return outcome
+        result = outcome
+        if result.status is not RolloutStatus.SUCCESS:
+            fault = await self._system_fault(run.rollout_id)
+            if fault is not None:
+                return _Requeue(fault, counts=False)
         duration_ms = (time.monotonic() - started) * 1000
-        calls = list(self.bridge.take_calls(rollout_id))
-        self.bridge.forget(rollout_id)  # memory follows what is in flight, not what is done
-        if result.status is not RolloutStatus.SUCCESS and self._system_fault(calls):
-            # The failure came from the provider or the platform, not the rollout: pending.
-            return False
-        record = _classify(item, rollout_id, result, calls, duration_ms)
-        trajectory = self._trajectory(item, rollout_id, result, record, calls)
-        trial_dir = (
-            self.settings.artifact_root / rollout_id if self.settings.artifact_root else None
+        calls = list(self.bridge.take_calls(run.rollout_id))
+        if result.status is not RolloutStatus.SUCCESS and any(
+            call.status_code in (502, 503) for call in calls
+        ):
+            # The bridge answers 502/503 only when the provider, not the rollout, failed.
+            return _Requeue("the model bridge answered 502/503")
+        endpoint = run.lane.endpoint
+        trial_dir = await endpoint.trial(run.rollout_id)
+        record = classify(
+            run.item,
+            result,
+            calls,
+            rollout_id=run.rollout_id,
+            duration_ms=duration_ms,
+            endpoint=endpoint.name,
+            node=endpoint.node,
         )
-        self.sink.record(FinishedAttempt(record=record, trajectory=trajectory, trial_dir=trial_dir))
+        trajectory = attempt_trajectory(run.item, result, record, calls, trial_dir=trial_dir)
+        # From here on the attempt is done: an endpoint's death or an outage no longer sends
+        # it back, and a halt waits for it rather than cancelling a half-stored record.
+        run.recording = True
+        self._release(run)  # the rollout is over: the next attempt may start meanwhile
+        self._wake.set()
+        await self.sink.store(
+            FinishedAttempt(record=record, trajectory=trajectory, trial_dir=trial_dir)
+        )
+        run.recorded = True
         if self.on_record is not None:
             self.on_record(record)
-        return True
+        return None
 
-    async def _dispatch(self, item: WorkItem, rollout_id: str) -> RolloutResultResponse:
-        request = RolloutInitRequest(
+    async def _roll(self, run: _Running) -> RolloutResultResponse | _Requeue:
+        """Admit the rollout on its endpoint and wait for its terminal result."""
+        lane, rollout_id = run.lane, run.rollout_id
+        api = lane.endpoint.api
+        # Built, not validated: every field is the engine's own (ids, URLs, settings) or a
+        # dataset row already validated when it was read.
+        request = RolloutInitRequest.model_construct(
             rollout_id=rollout_id,
-            initial_messages=item.messages,
-            label=item.label,
-            metadata=item.metadata,
+            initial_messages=run.item.messages,
+            label=run.item.label,
+            metadata=run.item.metadata,
             chat_completions_url=self.bridge.rollout_url(rollout_id),
             llm_api_key=self.bridge.token,
             agent_timeout_sec=self.settings.agent_timeout_sec,
             grader_timeout_sec=self.settings.grader_timeout_sec,
-            extra_fields={"row_index": item.row_index, "run_index": item.run_index},
+            extra_fields={"row_index": run.item.row_index, "run_index": run.item.run_index},
         )
         try:
-            lease = await self.rollout.start(request)
+            lease = await api.start(request)
         except AdmissionRejected as rejected:
-            # This one rollout was refused (4xx): its failure, not the process's.
-            return RolloutResultResponse(
-                rollout_id=rollout_id,
-                status=RolloutStatus.FAILURE,
-                err_message=f"{PROTOCOL_ERROR}: {rejected}",
-            )
+            return _failure(rollout_id, f"{PROTOCOL_ERROR}: {rejected}")
+        except AtCapacity as busy:
+            self._cool(lane, busy.retry_after_sec)
+            return _Requeue(str(busy), counts=False)
+        except MalformedResponse as malformed:
+            self._spawn(self._cancel_remote(lane, [rollout_id]))
+            return _failure(rollout_id, f"{PROTOCOL_ERROR}: admission: {malformed}")
         except RolloutServerUnavailable as fault:
-            self.halt(str(fault))
-            raise _Halt from fault
+            return await self._unreachable(run, fault)
+        lane.busy_since = None
         try:
-            return await self.rollout.wait(
-                lease, deadline_sec=self.settings.supervisor_deadline_sec
-            )
+            result = await api.wait(lease, deadline_sec=self.settings.supervisor_deadline_sec)
         except ResultDeadlineExceeded as exceeded:
-            await self._cancel_quietly([rollout_id])
-            return RolloutResultResponse(
-                rollout_id=rollout_id,
-                status=RolloutStatus.FAILURE,
-                err_message=str(exceeded),
-                err_category=ErrorCategory.TIMEOUT,
-            )
+            self._spawn(self._cancel_remote(lane, [rollout_id]))
+            return _failure(rollout_id, str(exceeded), ErrorCategory.TIMEOUT)
+        except MalformedResponse as malformed:
+            self._spawn(self._cancel_remote(lane, [rollout_id]))
+            return _failure(rollout_id, f"{PROTOCOL_ERROR}: {malformed}")
         except RolloutServerUnavailable as fault:
-            self.halt(str(fault))
-            raise _Halt from fault
+            return await self._unreachable(run, fault)
+        if result.status is RolloutStatus.CANCELLED:
+            # We never wait for a result we cancelled: the endpoint dropped it (shutting down).
+            self._suspect(lane, "it cancelled a rollout the engine did not cancel")
+            return _Requeue(f"endpoint {lane.endpoint.name} cancelled the rollout")
+        return result
 
-    def _system_fault(self, calls: Sequence[PolicyCall]) -> bool:
+    async def _unreachable(
+        self, run: _Running, fault: RolloutServerUnavailable
+    ) -> RolloutResultResponse | _Requeue:
+        """The endpoint did not answer. If it died, `_retire` cancels this attempt (pending)
+        or charges it with the resource limit that killed it (then it fails with that)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.lane.endpoint.dead.wait(), _DEATH_NOTICE_SEC)
+        if run.verdict is not None:
+            return _failure(run.rollout_id, run.verdict)
+        self._suspect(run.lane, str(fault))
+        return _Requeue(str(fault))
+
+    async def _system_fault(self, rollout_id: str) -> str | None:
+        """Why a failed result is the provider's fault rather than the rollout's, if it is."""
+        if rollout_id in self.bridge.stuck_rollouts():
+            # Failed while its model call is still outstanding (an agent deadline shorter than
+            # the bridge's stall window): wait until the call is answered or an outage is
+            # declared, whichever comes first.
+            give_up = time.monotonic() + self.settings.verdict_wait_sec
+            while (
+                not self.bridge.outage.is_set()
+                and rollout_id in self.bridge.stuck_rollouts()
+                and time.monotonic() < give_up
+            ):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.bridge.outage.wait(), _VERDICT_POLL_SEC)
         if self.bridge.outage.is_set():
-            return True
-        # The bridge answers 502/503 only when the provider stayed down through its retries.
-        return any(call.status_code in (502, 503) for call in calls)
+            return f"model provider outage: {self.bridge.outage_reason or 'unavailable'}"
+        return None
 
-    # -- halting and cancelling ---------------------------------------------------------------
-    async def _watch(self, signal: HaltSignal) -> None:
-        await signal.event.wait()
-        self.halt(signal.reason)
-        await self._cancel_quietly(list(self._in_flight))
+    # -- endpoints --------------------------------------------------------------------------
+    def _add(self, endpoint: Endpoint) -> None:
+        lane = _Lane(endpoint=endpoint)
+        lane.watcher = asyncio.create_task(self._watch_endpoint(lane))
+        self._lanes.append(lane)
+        self._wake.set()
 
-    async def _watch_bridge(self) -> None:
-        await self.bridge.outage.wait()
-        self.halt(f"model provider unavailable: {self.bridge.outage_reason or 'outage'}")
+    async def _watch_endpoint(self, lane: _Lane) -> None:
+        await lane.endpoint.dead.wait()
+        self._retire(lane, lane.endpoint.death_reason or f"{lane.endpoint.name} is gone")
 
-    async def _cancel_in_flight(self, tasks: set[asyncio.Task[bool]]) -> None:
-        # Interrupted (Ctrl-C, eval stop): record nothing more, all pending. Our tasks go
-        # first: while the server's cancel call is awaited, a task could still record the
-        # "cancelled" result that very call produces, as a failed attempt.
-        rollout_ids = list(self._in_flight)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self._cancel_quietly(rollout_ids)
-
-    async def _cancel_quietly(self, rollout_ids: list[str]) -> None:
-        if not rollout_ids:
-            return
-        # The server may be gone or stuck; then there is nothing more to stop.
-        with contextlib.suppress(TimeoutError, RolloutServerUnavailable, OSError):
-            await asyncio.wait_for(self.rollout.cancel(rollout_ids), timeout=5)
-
-    # -- trajectories -----------------------------------------------------------------------
-    def _trajectory(
-        self,
-        item: WorkItem,
-        rollout_id: str,
-        result: RolloutResultResponse,
-        record: AttemptRecord,
-        calls: Sequence[PolicyCall],
-    ) -> dict[str, Any] | None:
-        document = self._read_rollout_trajectory(rollout_id)
-        if document is None:
-            messages = result.sample.messages if result.sample is not None else item.messages
-            document = build_trajectory(
-                rollout_id=rollout_id,
-                messages=list(messages),
-                agent_version=__version__,
-                osmosis={
-                    "rollout_id": rollout_id,
-                    "label": item.label,
-                    "reward": record.reward,
-                    "request_metadata": item.metadata,
-                },
+    def _cool(self, lane: _Lane, seconds: float) -> None:
+        now = time.monotonic()
+        lane.cool_until = max(lane.cool_until, now + seconds)
+        if lane.busy_since is None:
+            lane.busy_since = now
+        elif now - lane.busy_since > self.settings.admission_wait_sec:
+            self._retire(
+                lane,
+                f"{lane.endpoint.name} answered only 429 for "
+                f"{self.settings.admission_wait_sec:g} s",
             )
-        return enrich_trajectory(document, calls, record)
 
-    def _read_rollout_trajectory(self, rollout_id: str) -> dict[str, Any] | None:
-        if self.settings.artifact_root is None:
-            return None
-        path = self.settings.artifact_root / rollout_id / "trajectory.json"
+    def _suspect(self, lane: _Lane, fault: str) -> None:
+        """An attempt could not reach the endpoint: ask its /health once, retire it if that
+        fails too."""
+        if lane.retired or lane.probing:
+            return
+        lane.probing = True
+        self._spawn(self._probe(lane, fault))
+
+    async def _probe(self, lane: _Lane, fault: str) -> None:
+        endpoint = lane.endpoint
         try:
-            document = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        return document if isinstance(document, dict) else None
+            await asyncio.wait_for(endpoint.api.health(), _HEALTH_PROBE_SEC)
+        except Exception as error:  # whatever the transport says, it did not answer
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(endpoint.dead.wait(), _DEATH_NOTICE_SEC)
+            reason = endpoint.death_reason or (
+                f"rollout endpoint {endpoint.name} stopped answering ({fault}; "
+                f"GET /health: {type(error).__name__}: {error})"
+            )
+            self._retire(lane, reason)
+        finally:
+            lane.probing = False
 
-
-def _classify(
-    item: WorkItem,
-    rollout_id: str,
-    result: RolloutResultResponse,
-    calls: Sequence[PolicyCall],
-    duration_ms: float,
-) -> AttemptRecord:
-    """Map a rollout result to an attempt record, as the reference classifies outcomes."""
-    sample = result.sample
-    error_type: str | None = None
-    error_message: str | None = None
-    reward: float | None = None
-    if result.status is not RolloutStatus.SUCCESS:
-        status = "failed"
-        if result.err_message and result.err_message.startswith(PROTOCOL_ERROR):
-            error_type = PROTOCOL_ERROR
-        elif result.err_category is not None:
-            error_type = str(result.err_category.value)
+    def _retire(self, lane: _Lane, reason: str) -> None:
+        """The endpoint is gone: its attempts go back to pending; ask the site for another."""
+        if lane.retired:
+            return
+        lane.retired = True
+        endpoint = lane.endpoint
+        drained = [
+            (t, r)
+            for t, r in self._running.items()
+            if r.lane is lane and not t.done() and not r.recording
+        ]
+        # A resource limit (the sandbox site says so in its death reason) is the doing of an
+        # attempt: the one alone on the endpoint is charged with it; several are suspects.
+        limit = reason.startswith(RESOURCE_LIMIT)
+        charged = drained[0][1] if limit and len(drained) == 1 else None
+        if charged is not None:
+            fate = (
+                f"the attempt alone on it (row {charged.item.row_index} run "
+                f"{charged.item.run_index}) fails {RESOURCE_LIMIT}"
+            )
         else:
-            error_type = result.err_message or "rollout_failed"
-        error_message = result.err_message
-    elif sample is not None and sample.remove_sample:
-        status = "skipped"
-    else:
-        status = "success"
-        reward = sample.reward if sample is not None else None
-    prompt = sum(call.prompt_tokens or 0 for call in calls)
-    completion = sum(call.completion_tokens or 0 for call in calls)
-    costs = [call.cost_usd for call in calls if call.cost_usd is not None]
-    return AttemptRecord(
-        row_index=item.row_index,
-        run_index=item.run_index,
-        rollout_id=rollout_id,
-        source_row_index=item.source_row_index,
-        status=status,
-        reward=float(reward) if reward is not None else None,
-        tokens=prompt + completion,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cost_usd=float(sum(costs)) if costs else None,
-        duration_ms=round(duration_ms, 3),
-        error_type=error_type,
-        error_message=error_message,
-        trajectory_filename="trajectory.json",
-        finished_at=datetime.now(UTC),
-    )
+            fate = f"{len(drained)} attempts in flight on it go back to pending" + (
+                ", each to re-run alone" if limit and drained else ""
+            )
+        self.sink.log(
+            f"rollout endpoint {endpoint.name} ({endpoint.node}) is gone: {reason}; {fate}"
+        )
+        for task, run in drained:
+            if run is charged:
+                run.verdict = reason  # not cancelled: it fails as soon as its call returns
+                continue
+            run.requeue = f"endpoint {endpoint.name} is gone"
+            if limit:
+                run.counts = False
+                self._suspects.add(_key(run.item))
+            task.cancel()
+        self._last_loss = reason
+        if self._halt_reason is None and not self._stopping:
+            self._replacing += 1
+            self._spawn(self._replace(lane, reason))
+        self._wake.set()
 
+    async def _replace(self, lane: _Lane, reason: str) -> None:
+        try:
+            endpoint = await self.site.replace(lane.endpoint, reason)
+        except Exception as error:  # the site's own words: budget spent, start failure
+            self._last_loss = f"{reason}; no replacement: {error}"
+            self.sink.log(f"rollout endpoint {lane.endpoint.name} not replaced: {error}")
+        else:
+            self.sink.log(f"rollout endpoint {endpoint.name} serving at {endpoint.base_url}")
+            self._add(endpoint)
+        finally:
+            self._replacing -= 1
+            self._wake.set()
 
-def enrich_trajectory(
-    document: dict[str, Any], calls: Sequence[PolicyCall], record: AttemptRecord
-) -> dict[str, Any]:
-    """Add the bridge's per-call tokens, cost and latency: the authoritative accounting."""
-    agent_steps = [s for s in document.get("steps", []) if s.get("source") == "agent"]
-    remaining = list(calls)
-    for step in agent_steps:
-        for index, call in enumerate(remaining):
-            response = call.response_message or {}
-            if response.get("content") in (step.get("message"), None) or not step.get("message"):
-                metrics = dict(step.get("metrics") or {})
-                metrics.update(
-                    {
-                        key: value
-                        for key, value in (
-                            ("prompt_tokens", call.prompt_tokens),
-                            ("completion_tokens", call.completion_tokens),
-                            ("cost_usd", call.cost_usd),
-                            ("latency_ms", round(call.latency_ms, 3)),
-                        )
-                        if value is not None
-                    }
+    async def _cancel_remote(self, lane: _Lane, rollout_ids: list[str]) -> None:
+        # The endpoint may be gone or stuck; then there is nothing more to stop.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(lane.endpoint.api.cancel(rollout_ids), _REMOTE_CANCEL_SEC)
+
+    # -- provider outages -------------------------------------------------------------------
+    async def _watch_outage(self) -> None:
+        outage = self.bridge.outage
+        while True:
+            await outage.wait()
+            reason = self.bridge.outage_reason or "the model provider is unavailable"
+            self._outage = reason
+            stuck = self.bridge.stuck_rollouts()
+            hit = [
+                (task, run)
+                for task, run in self._running.items()
+                if run.rollout_id in stuck and not task.done() and not run.recording
+            ]
+            self.sink.log(
+                f"model provider outage: {reason}; dispatch paused, {len(hit)} attempts "
+                "waiting on the model go back to pending and will re-run from the start"
+            )
+            for task, run in hit:
+                run.requeue, run.counts = "model provider outage", False
+                task.cancel()
+                self._spawn(self._cancel_remote(run.lane, [run.rollout_id]))
+            self._wake.set()
+            began = time.monotonic()
+            if not await self.bridge.wait_recovered(self.settings.outage_wait_sec):
+                self.halt(
+                    f"the model provider stayed unavailable for more than "
+                    f"{self.settings.outage_wait_sec:g} s: {reason}"
                 )
-                step["metrics"] = metrics
-                if call.model:
-                    step["model_name"] = call.model
-                del remaining[index]
-                break
-    final = dict(document.get("final_metrics") or {})
-    final.update(
-        total_prompt_tokens=record.prompt_tokens or 0,
-        total_completion_tokens=record.completion_tokens or 0,
-        total_policy_calls=len(calls),
+                return
+            self._outage = None
+            self.sink.log(
+                f"model provider answers again after {time.monotonic() - began:.1f} s; "
+                "dispatch resumes"
+            )
+            self._wake.set()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _wake_at(self, when: float) -> None:
+        """Wake the dispatch loop at `when` (time.monotonic()), or earlier if already due."""
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, when - time.monotonic()), self._timer_fired
+        )
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+
+def _key(item: WorkItem) -> tuple[int, int]:
+    return (item.row_index, item.run_index)
+
+
+def _failure(
+    rollout_id: str, message: str, category: ErrorCategory | None = None
+) -> RolloutResultResponse:
+    return RolloutResultResponse(
+        rollout_id=rollout_id,
+        status=RolloutStatus.FAILURE,
+        err_message=message,
+        err_category=category,
     )
-    if record.cost_usd is not None:
-        final["total_cost_usd"] = record.cost_usd
-    document["final_metrics"] = final
-    osmosis = document.setdefault("extra", {}).setdefault("osmosis", {})
-    osmosis.update(
-        row_index=record.row_index,
-        run_index=record.run_index,
-        status=record.status,
-        error_type=record.error_type,
-        policy_calls=[
-            {
-                "model": call.model,
-                "status_code": call.status_code,
-                "prompt_tokens": call.prompt_tokens,
-                "completion_tokens": call.completion_tokens,
-                "cost_usd": call.cost_usd,
-                "latency_ms": round(call.latency_ms, 3),
-            }
-            for call in calls
-        ],
-    )
-    return document
 
 
 async def _aiter(items: Iterable[WorkItem] | AsyncIterator[WorkItem]) -> AsyncIterator[WorkItem]:
@@ -478,3 +764,17 @@ async def _aiter(items: Iterable[WorkItem] | AsyncIterator[WorkItem]) -> AsyncIt
     else:
         for item in items:
             yield item
+
+
+__all__ = [
+    "DEFAULT_OUTAGE_WAIT_SEC",
+    "SUPERVISOR_GRACE_SEC",
+    "Engine",
+    "EngineOutcome",
+    "EngineSettings",
+    "FinishedAttempt",
+    "PolicyBridge",
+    "PolicyCall",
+    "ResultsSink",
+    "WorkItem",
+]

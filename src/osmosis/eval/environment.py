@@ -9,10 +9,15 @@ ours at the running version, or `osmosis-ai` when the rollout declares that inst
 live under `cache_root/<key>`, keyed by what decides their contents, so an unchanged rollout
 reuses its venv without calling uv. Nothing here downloads a Python build
 (`UV_PYTHON_DOWNLOADS=never`); packages come from the configured index.
+
+A build may take minutes: hosts call `prepare_environment_async`, which runs it in a thread
+(the event loop keeps honouring Ctrl-C and `eval stop`) and, when cancelled, kills uv's
+process group and removes the half-built venv.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import fnmatch
@@ -22,8 +27,11 @@ import os
 import platform
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import uuid
@@ -41,6 +49,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from osmosis._version import __version__
+from osmosis.eval.host_errors import HostError
 
 EnvironmentKind = Literal["current", "uv"]
 SdkName = Literal["osmosis", "osmosis-ai"]
@@ -53,6 +62,8 @@ _REQUIREMENTS = "osmosis-requirements.txt"
 _SOURCE_COPY = "osmosis-rollout-source"  # only while installing a dynamic-dependency project
 _NOT_SOURCE = (".*", "__pycache__", "build", "dist", "*.egg-info")  # `.venv`, `.git` included
 _UV_TIMEOUT_SEC = 1800.0
+_CANCEL_POLL_SEC = 0.2
+_CANCEL_WAIT_SEC = 15.0
 _PROBE_TIMEOUT_SEC = 10.0
 _ERROR_TAIL_LINES = 20
 # osmosis-ai 0.3 declares `Requires-Python >=3.12`; a rollout that forgets to say so still
@@ -85,9 +96,11 @@ class RolloutEnvironment:
         return self.python.parent.parent if self.kind == "uv" else None
 
 
-class RolloutEnvironmentError(Exception):
+class RolloutEnvironmentError(HostError):
     """A rollout's environment could not be prepared. The message names the rollout, the
     step that failed and, for a uv failure, the last lines uv printed."""
+
+    default_hint = "fix the rollout's pyproject.toml (or uv.lock); nothing was dispatched"
 
     def __init__(self, rollout: str, step: str, reason: str, output: Sequence[str] = ()) -> None:
         self.rollout = rollout
@@ -107,17 +120,54 @@ class Interpreter:
     version: Version
 
 
-def prepare_environment(
+async def prepare_environment_async(
     rollout_dir: Path, *, cache_root: Path, log: Callable[[str], None]
+) -> RolloutEnvironment:
+    """`prepare_environment` in a worker thread; `log` is called on the event loop.
+    Cancelling the await stops uv (its whole process group) and cleans up, then re-raises.
+
+    env = await prepare_environment_async(rollout_dir, cache_root=cache, log=run.log)
+    """
+    loop = asyncio.get_running_loop()
+    cancel = threading.Event()
+
+    def log_on_loop(line: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads the log
+            loop.call_soon_threadsafe(log, line)
+
+    build = asyncio.ensure_future(
+        asyncio.to_thread(
+            prepare_environment, rollout_dir, cache_root=cache_root, log=log_on_loop, cancel=cancel
+        )
+    )
+    try:
+        return await asyncio.shield(build)
+    except asyncio.CancelledError:
+        cancel.set()
+        # Give the thread a moment to kill uv and remove the half-built venv.
+        await asyncio.wait({build}, timeout=_CANCEL_WAIT_SEC)
+        if build.done() and not build.cancelled():
+            build.exception()  # read: "cancelled" is the expected answer
+        raise
+
+
+def prepare_environment(
+    rollout_dir: Path,
+    *,
+    cache_root: Path,
+    log: Callable[[str], None],
+    cancel: threading.Event | None = None,
 ) -> RolloutEnvironment:
     """Return the environment to run the rollout in `rollout_dir`, building it if needed.
 
     env = prepare_environment(Path("rollouts/multiply"), cache_root=home / "envs", log=print)
     env.kind, env.sdk  # ('uv', 'osmosis') for a rollout with a pyproject.toml
 
-    Blocking (it may run uv for minutes): call it from a thread in async code. Raises
-    `RolloutEnvironmentError` with the failing step and uv's last lines.
+    Blocking (it may run uv for minutes): async code uses `prepare_environment_async`. Raises
+    `RolloutEnvironmentError` with the failing step and uv's last lines; when `cancel` is
+    set it stops uv and raises one saying so.
     """
+    cancel = cancel or threading.Event()
     rollout_dir = rollout_dir.resolve()
     name = rollout_dir.name
     pyproject_path = rollout_dir / "pyproject.toml"
@@ -147,7 +197,7 @@ def prepare_environment(
     if _is_ready(final):
         log(f"→ reusing cached environment {key[:12]} ({described})")
         return _environment(final, key, sdk)
-    with _build_lock(cache_root / f"{key}.lock", key, log):
+    with _build_lock(cache_root / f"{key}.lock", name, key, log, cancel):
         if _is_ready(final):  # another run built it while we waited for the lock
             log(f"→ reusing cached environment {key[:12]} ({described})")
             return _environment(final, key, sdk)
@@ -162,6 +212,7 @@ def prepare_environment(
             lock_bytes=lock_bytes,
             ours=ours,
             sdk=sdk,
+            cancel=cancel,
         )
         log(f"→ environment {key[:12]} ready in {time.monotonic() - started:.1f} s")
     return _environment(final, key, sdk)
@@ -371,15 +422,24 @@ def _is_ready(root: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path, key: str, log: Callable[[str], None]) -> Iterator[None]:
+def _build_lock(
+    path: Path, rollout: str, key: str, log: Callable[[str], None], cancel: threading.Event
+) -> Iterator[None]:
     # flock is per open file description, so it also serialises threads of one process, and
     # the kernel drops it when a crashed builder dies: no stale-lock cleanup is ever needed.
     with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"→ waiting for another run to finish building environment {key[:12]}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waiting:
+                    waiting = True
+                    log(f"→ waiting for another run to finish building environment {key[:12]}")
+            # Polled rather than blocking in flock, so that a cancelled run stops waiting.
+            if cancel.wait(_CANCEL_POLL_SEC):
+                raise RolloutEnvironmentError(rollout, "waiting for another build", "cancelled")
         try:
             yield
         finally:
@@ -396,6 +456,7 @@ def _build(
     lock_bytes: bytes | None,
     ours: str | None,
     sdk: SdkName,
+    cancel: threading.Event,
 ) -> None:
     name = rollout_dir.name
     final = cache_root / key
@@ -421,16 +482,28 @@ def _build(
             ],
             cwd=rollout_dir,
             transcript=transcript,
+            cancel=cancel,
         )
         requirements = build / _REQUIREMENTS
-        lines = _requirements(rollout_dir, build, declaration, lock_bytes, ours, transcript)
+        lines = _requirements(rollout_dir, build, declaration, lock_bytes, ours, transcript, cancel)
         requirements.write_text("\n".join(lines) + "\n", encoding="utf-8")
         _run_uv(
             name,
             "installing the rollout's dependencies",
-            ["pip", "install", "--python", str(build / "bin" / "python"), "-r", str(requirements)],
+            # Bytecode now, once: with PYTHONDONTWRITEBYTECODE set, a rollout importing
+            # LiteLLM would otherwise compile it again at every start (seconds of CPU).
+            [
+                "pip",
+                "install",
+                "--compile-bytecode",
+                "--python",
+                str(build / "bin" / "python"),
+                "-r",
+                str(requirements),
+            ],
             cwd=rollout_dir,  # relative path requirements and the rollout's [tool.uv] settings
             transcript=transcript,
+            cancel=cancel,
         )
         shutil.rmtree(build / _SOURCE_COPY, ignore_errors=True)
         (build / _BUILD_LOG).write_text("\n".join(transcript) + "\n", encoding="utf-8")
@@ -457,16 +530,21 @@ def _requirements(
     lock_bytes: bytes | None,
     ours: str | None,
     transcript: list[str],
+    cancel: threading.Event,
 ) -> list[str]:
     if lock_bytes is not None:
-        lines = _exported_lock(rollout_dir, transcript)
+        lines = _exported_lock(rollout_dir, transcript, cancel)
         if ours is not None:  # a lock pins `osmosis` from the index: an unrelated package
             lines = [line for line in lines if _requirement_name(line) != "osmosis"]
     elif declaration.dynamic_dependencies:
         # Only a build can tell what it needs, so the project is installed, from a copy:
         # build backends write `build/` and `*.egg-info` into the tree they build.
         copy = build / _SOURCE_COPY
-        shutil.copytree(rollout_dir, copy, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+        # Links are copied as links: a committed link to a file outside the rollout must not
+        # land as that file's bytes in the shared cache.
+        shutil.copytree(
+            rollout_dir, copy, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_SOURCE)
+        )
         lines = [str(copy)]
     else:
         # A declared `osmosis>=x` stays: uv then installs our source once and checks that
@@ -475,7 +553,7 @@ def _requirements(
     return lines if ours is None else [*lines, ours]
 
 
-def _exported_lock(rollout_dir: Path, transcript: list[str]) -> list[str]:
+def _exported_lock(rollout_dir: Path, transcript: list[str], cancel: threading.Event) -> list[str]:
     """The pins of the rollout's uv.lock as requirements (what `uv sync` would install),
     without the rollout project itself, which is often not a buildable package."""
     output = _run_uv(
@@ -484,6 +562,7 @@ def _exported_lock(rollout_dir: Path, transcript: list[str]) -> list[str]:
         ["export", "--frozen", "--no-hashes", "--no-emit-project", "--no-header", "--no-annotate"],
         cwd=rollout_dir,
         transcript=transcript,
+        cancel=cancel,
         stdout_only=True,
     )
     return [line for line in output if line.strip() and not line.lstrip().startswith("#")]
@@ -491,11 +570,34 @@ def _exported_lock(rollout_dir: Path, transcript: list[str]) -> list[str]:
 
 def _source_digest(rollout_dir: Path) -> bytes:
     digest = hashlib.sha256()
-    for path in sorted(rollout_dir.rglob("*")):
+    for path in sorted(rollout_dir.rglob("*")):  # rglob does not descend into linked dirs
         relative = path.relative_to(rollout_dir)
-        if path.is_file() and not any(_is_not_source(part) for part in relative.parts):
-            digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if not any(_is_not_source(part) for part in relative.parts):
+            digest.update(str(relative).encode() + b"\0" + source_bytes(path) + b"\0")
     return digest.digest()
+
+
+def source_bytes(path: Path) -> bytes:
+    """What a rollout source file contributes to a digest: a regular file's bytes; a link's
+    target path and any other kind's type, never read through. The repository is hostile: a
+    committed link to `/dev/zero` or to the platform's key must not be read.
+
+    source_bytes(Path("rollouts/x/main.py"))  # b'import ...'
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            return b"link:" + os.fsencode(os.readlink(path))
+        return b"special:%o" % stat.S_IFMT(info.st_mode)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO or device opened without blocking: not read
+            return b"special:%o" % stat.S_IFMT(mode)
+        return handle.read()
 
 
 def _is_not_source(part: str) -> bool:
@@ -516,6 +618,7 @@ def _run_uv(
     *,
     cwd: Path,
     transcript: list[str],
+    cancel: threading.Event,
     stdout_only: bool = False,
 ) -> list[str]:
     env = dict(os.environ)
@@ -526,31 +629,44 @@ def _run_uv(
     command = [*find_uv(), *args]
     transcript.append("$ " + " ".join(command))
     try:
-        completed = subprocess.run(
+        process = subprocess.Popen(
             command,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            timeout=_UV_TIMEOUT_SEC,
-            check=False,
+            start_new_session=True,  # one group: a cancel also stops the build backends
         )
     except FileNotFoundError:
         raise RolloutEnvironmentError(
             rollout, step, "uv is not installed (pip install uv)"
         ) from None
-    except subprocess.TimeoutExpired as exc:
-        output = _lines(exc.stdout) + _lines(exc.stderr)
-        raise RolloutEnvironmentError(
-            rollout, step, f"uv did not finish within {_UV_TIMEOUT_SEC:.0f} s", output
-        ) from None
-    stdout, stderr = _lines(completed.stdout), _lines(completed.stderr)
+    give_up_at = time.monotonic() + _UV_TIMEOUT_SEC
+    while True:
+        try:
+            out, err = process.communicate(timeout=_CANCEL_POLL_SEC)  # no output is lost
+            break
+        except subprocess.TimeoutExpired:
+            if cancel.is_set() or time.monotonic() > give_up_at:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                out, err = process.communicate()
+                if cancel.is_set():
+                    raise RolloutEnvironmentError(rollout, step, "cancelled") from None
+                raise RolloutEnvironmentError(
+                    rollout,
+                    step,
+                    f"uv did not finish within {_UV_TIMEOUT_SEC:.0f} s",
+                    _lines(out) + _lines(err),
+                ) from None
+    stdout, stderr = _lines(out), _lines(err)
     transcript.extend(stderr if stdout_only else stdout + stderr)
-    if completed.returncode != 0:
+    if process.returncode != 0:
         tail = deque(stdout + stderr, maxlen=_ERROR_TAIL_LINES)
-        raise RolloutEnvironmentError(rollout, step, f"uv exited {completed.returncode}", tail)
+        raise RolloutEnvironmentError(rollout, step, f"uv exited {process.returncode}", tail)
     return stdout
 
 
@@ -630,4 +746,6 @@ __all__ = [
     "find_interpreters",
     "find_uv",
     "prepare_environment",
+    "prepare_environment_async",
+    "source_bytes",
 ]

@@ -27,7 +27,9 @@ from osmosis.eval.dataset import (
     select_rows,
     validate_dataset,
 )
+from osmosis.eval.environment import source_bytes
 from osmosis.eval.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
+from osmosis.eval.trial_outputs import ArtifactLimits
 from osmosis.rollout.types import PROTOCOL_VERSION
 
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -41,6 +43,10 @@ class PlanError(Exception):
         super().__init__(message)
         self.details = dict(details or {})
         self.hint = hint
+
+
+class DatasetNotFound(PlanError):
+    """No `--dataset-file` and no `data/<dataset>.*`: the CLI may fetch the platform's."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,32 @@ class LocalRunOptions:
     env_cache: Path | None = None
     """Where rollout venvs are cached; default `<workspace>/.osmosis/envs`. The platform
     points every run's checkout at one shared cache."""
+    replicas: int | None = 1
+    """Rollout servers started for the run (recorded in the manifest's provenance; a resume
+    may use another number). None, with the Ray executor: one per alive node."""
+    bridge_host: str = "127.0.0.1"
+    """Where the model bridge listens (loopback unless rollouts run elsewhere)."""
+    bridge_url: str | None = None
+    """The bridge's root URL as rollouts reach it, when not the address it binds."""
+    outage_wait_s: float | None = None
+    """How long a provider outage may last before the run halts; None: the engine's default."""
+    stall_after_s: float | None = None
+    """Seconds of provider silence (calls waiting) before the bridge suspects an outage;
+    None: the bridge's default."""
+    artifact_limits: ArtifactLimits | None = None
+    """What of each attempt's artifacts is copied; None: `DEFAULT_ARTIFACT_LIMITS`."""
+    executor: str = "local"
+    """Where the rollout servers run: `local` (this machine) or `ray` (a Ray cluster)."""
+    ray_address: str | None = None
+    """The Ray cluster to use (`host:port`); None: `RAY_ADDRESS`, else the one running here."""
+    max_replicas: int | None = None
+    """With Ray, at most this many rollout servers (the platform's per-run fairness cap)."""
+    sample_fraction: float | None = None
+    """Rows run when neither `limit` nor `--rows` says: None, every row (the reference's local
+    `eval run`); the platform worker passes `SAMPLE_FRACTION`, its random 10 % sample."""
+    dataset_origin: str = "explicit"
+    """How `dataset_file` was found, as the plan shows it: explicit (--dataset-file), cache or
+    download (the platform dataset, fetched by the CLI)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +168,8 @@ class LocalRunPlan:
             "config_branch": self.config.experiment.branch,
             "config_commit_sha": self.config.experiment.commit_sha,
             "advanced": self.config.advanced,
+            "replicas": self.options.replicas,
+            "executor": self.options.executor,
         }
 
 
@@ -157,7 +191,7 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
             hint=f"create it, or fix experiment.entrypoint in {config_path.name}",
         )
 
-    dataset_path, source = _find_dataset(config, workspace, options.dataset_file)
+    dataset_path, source = _find_dataset(config, workspace, options)
     try:
         dataset = validate_dataset(dataset_path)
     except DatasetError as error:
@@ -175,6 +209,7 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
             limit=config.evaluation.limit,
             rows=options.rows,
             seed=_recorded_seed(run_dir) if not options.fresh else None,
+            fraction=options.sample_fraction,
         )
     except RowSpecError as error:
         raise PlanError(f"--rows: {error}", details={"rows": options.rows}) from None
@@ -206,12 +241,13 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
 
 
 def _find_dataset(
-    config: EvalConfig, workspace: Path, dataset_file: Path | None
+    config: EvalConfig, workspace: Path, options: LocalRunOptions
 ) -> tuple[Path, str]:
+    dataset_file = options.dataset_file
     if dataset_file is not None:
         if not dataset_file.is_file():
             raise PlanError(f"--dataset-file {dataset_file} does not exist")
-        return dataset_file.resolve(), "explicit"
+        return dataset_file.resolve(), options.dataset_origin
     name = config.experiment.dataset
     candidates = [workspace / "data" / f"{name}{suffix}" for suffix in DATASET_SUFFIXES]
     found = [path for path in candidates if path.is_file()]
@@ -222,9 +258,11 @@ def _find_dataset(
         raise PlanError(
             f"dataset '{name}' is ambiguous: {listed}", hint="pass one with --dataset-file"
         )
-    raise PlanError(
+    raise DatasetNotFound(
         f"dataset '{name}' not found: no data/{name}.jsonl, .csv or .parquet in the workspace",
-        hint="pass a local file with --dataset-file",
+        details={"dataset": name},
+        hint="pass a local file with --dataset-file, or log in to a platform that holds "
+        f"dataset {name} (eval run then downloads and caches it)",
     )
 
 
@@ -250,7 +288,7 @@ def source_digest(rollout_dir: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(_source_files(rollout_dir)):
         digest.update(str(path.relative_to(rollout_dir)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        digest.update(source_bytes(path) + b"\0")  # never through a link
     return digest.hexdigest()
 
 
@@ -259,4 +297,6 @@ def _source_files(root: Path) -> Sequence[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _SKIPPED_SOURCE_DIRS]
         files += [Path(dirpath) / f for f in filenames if not f.endswith((".pyc", ".pyo"))]
+        # A link to a directory is not walked into, but it is part of the sources.
+        files += [Path(dirpath) / d for d in dirnames if os.path.islink(Path(dirpath) / d)]
     return files

@@ -1,35 +1,51 @@
-"""Hosting the engine for `osmosis eval run`: a run directory, a rollout process, a bridge.
+"""Hosting the engine for `osmosis eval run` (and the platform worker): a run directory,
+the local-process site, a bridge.
 
     plan = plan_local_run(config_path, options)
     report = await run_local(plan, reporter)
 
-Stages: open (or resume) the run directory → sync the rollout environment → start the local
-model when asked → start the bridge and check the model → start the rollout server → dispatch
-what is pending → write index, metrics and progress. Every child process is stopped on the
-way out, also on Ctrl-C; a SIGKILL of this process kills the rollout server with it.
+Stages: open (or resume) the run directory → sync the rollout environment (in a thread: Ctrl-C
+and `eval stop` are honoured while uv works) → start the local model when asked → start the
+bridge and check the model → start `replicas` rollout servers → dispatch what is pending →
+write index, metrics and progress. Every child process is stopped on the way out, also on
+Ctrl-C; a SIGKILL of this process kills the rollout servers with it. What cannot start is a
+typed `HostError` (see `osmosis.eval.host_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from osmosis.eval.dataset import read_rows
-from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
+from osmosis.eval.engine import (
+    DEFAULT_OUTAGE_WAIT_SEC,
+    Engine,
+    EngineOutcome,
+    EngineSettings,
+    WorkItem,
+)
+from osmosis.eval.host_errors import HostError
 from osmosis.eval.local_plan import LocalRunPlan
 from osmosis.eval.metrics import summarize
 from osmosis.eval.records import AttemptRecord
 from osmosis.eval.redact import Redactor, sensitive_env_values
-from osmosis.eval.rollout_client import RolloutClient
-from osmosis.eval.run_dir import RunDirectory, Slots
+from osmosis.eval.run_dir import RunDirectory, Slots, redact_record
+from osmosis.eval.trial_outputs import DEFAULT_ARTIFACT_LIMITS
+
+if TYPE_CHECKING:
+    from osmosis.eval.sandbox import SandboxPolicy
+    from osmosis.eval.sites.local import LocalProcessSite
+    from osmosis.eval.sites.ray_site import RaySite
 
 
 class Reporter(Protocol):
@@ -63,17 +79,24 @@ class LocalRunReport:
     nothing_to_do: bool = False
 
 
-class RunFailed(Exception):
-    """The run could not start (environment, model pre-flight, rollout server start-up)."""
-
-    def __init__(self, message: str, *, code: str = "VALIDATION", hint: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.hint = hint
+class RunFailed(HostError):
+    """The run could not start (the model, its pre-flight, the bridge)."""
 
 
-async def run_local(plan: LocalRunPlan, reporter: Reporter) -> LocalRunReport:
-    """Run (or resume) the planned evaluation to completion or to a halt."""
+async def run_local(
+    plan: LocalRunPlan,
+    reporter: Reporter,
+    *,
+    sandbox: SandboxPolicy | None = None,
+    base_env: Mapping[str, str] | None = None,
+    hidden: Sequence[Path] = (),
+) -> LocalRunReport:
+    """Run (or resume) the planned evaluation to completion or to a halt.
+
+    `sandbox`: run the rollout servers under bubblewrap (`osmosis.eval.sites.sandbox`), with
+    `hidden` paths masked inside; None: plain child processes. `base_env`: the environment the
+    rollout starts from (None: this process's, minus osmosis' and provider variables).
+    """
     started = time.monotonic()
     bridge_token = secrets.token_hex(16)  # made here so the redactor knows it from the start
     redactor = _redactor(plan, bridge_token)
@@ -84,9 +107,26 @@ async def run_local(plan: LocalRunPlan, reporter: Reporter) -> LocalRunReport:
         inputs=plan.inputs(),
         provenance=plan.provenance(),
         fresh=plan.options.fresh,
-        redact=redactor.redact,
+        redactor=redactor,
+        artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
     )
     with run:
+        # Duration is active time: a resumed run adds this invocation to the earlier ones'
+        # (their metrics.json), and its start stays the first one (manifest `created_at`).
+        earlier_ms = _earlier_active_ms(plan.run_dir)
+
+        def active_ms() -> float:
+            return round(earlier_ms + (time.monotonic() - started) * 1000, 3)
+
+        # A resume may use another number of servers, or another sandbox.
+        run.note_provenance(
+            replicas=plan.options.replicas,
+            sandbox=sandbox.network if sandbox else "off",
+            executor=plan.options.executor,
+        )
+        for warning in plan.secrets.warnings:
+            run.log(f"warning: {warning}")
+            reporter.stage(f"warning: {warning}")
         run.write_progress(
             {
                 "total_runs": plan.total_work_items,
@@ -109,18 +149,26 @@ async def run_local(plan: LocalRunPlan, reporter: Reporter) -> LocalRunReport:
             report.nothing_to_do = True
         else:
             try:
-                outcome = await _dispatch(plan, run, redactor, reporter, pending, bridge_token)
+                outcome = await _dispatch(
+                    plan,
+                    run,
+                    redactor,
+                    reporter,
+                    pending,
+                    bridge_token,
+                    _SiteChoice(sandbox, base_env, tuple(hidden)),
+                )
             except asyncio.CancelledError:
                 # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
                 report.interrupted = True
-                report.duration_ms = round((time.monotonic() - started) * 1000, 3)
+                report.duration_ms = active_ms()
                 _finish(plan, run, report)
                 run.log("interrupted; run again with the same --name to resume")
                 raise
             report.dispatched = outcome.dispatched
             report.halted = outcome.halted
             report.interrupted = outcome.interrupted
-        report.duration_ms = round((time.monotonic() - started) * 1000, 3)
+        report.duration_ms = active_ms()
         _finish(plan, run, report)
     return report
 
@@ -132,35 +180,68 @@ async def _dispatch(
     reporter: Reporter,
     pending: int,
     bridge_token: str,
+    choice: _SiteChoice,
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
-    from osmosis.eval.environment import prepare_environment
-    from osmosis.eval.rollout_process import RolloutProcess
+    from osmosis.eval.environment import prepare_environment_async
 
     evaluation = plan.config.evaluation
-    artifact_root = plan.run_dir / "rollout_trials"
     log = _tee(run, reporter)
     cache_root = plan.options.env_cache or plan.workspace / ".osmosis" / "envs"
-    environment = prepare_environment(plan.rollout_dir, cache_root=cache_root, log=log)
+    on_ray = plan.options.executor == "ray"
+    if on_ray and choice.sandbox is not None:
+        raise RunFailed(
+            "the rollout sandbox runs rollout servers on this machine; it does not apply to "
+            "the Ray executor",
+            hint="drop --sandbox, or run with the local executor",
+        )
+    # On Ray each node prepares the rollout's environment itself.
+    environment = (
+        None
+        if on_ray
+        else await prepare_environment_async(plan.rollout_dir, cache_root=cache_root, log=log)
+    )
+    replicas = plan.options.replicas
     async with contextlib.AsyncExitStack() as stack:
         bridge = await stack.enter_async_context(_policy(plan, redactor, log, bridge_token))
-        reporter.stage(f"starting rollout server ({plan.config.experiment.entrypoint})")
-        process = await RolloutProcess.start(
-            environment,
-            plan.rollout_dir,
-            plan.entrypoint,
-            env={**plan.config.env, **plan.secrets.values},
-            artifact_root=artifact_root,
-            log=_rollout_log(run, reporter),
-            redactor=redactor,
+        servers = (
+            "one rollout server per Ray node"
+            if replicas is None
+            else "rollout server"
+            if replicas == 1
+            else f"{replicas} rollout servers"
         )
-        stack.push_async_callback(process.stop)
-        reporter.stage(f"rollout server healthy on port {process.port}")
-        client = await stack.enter_async_context(RolloutClient(process.base_url))
-        capacity = _capacity(await client.health())
-        concurrency = plan.options.max_in_flight or evaluation.batch_size or capacity or 1
-        if capacity:
-            concurrency = min(concurrency, capacity)
+        reporter.stage(f"starting {servers} ({plan.config.experiment.entrypoint})")
+        site: LocalProcessSite | RaySite
+        if on_ray:
+            site = _ray_site(plan, bridge, run, reporter, redactor, choice)
+            stack.push_async_callback(site.stop)
+            await site.start(replicas)
+        else:
+            site = _site(plan, environment, bridge, run, reporter, redactor, choice)
+            stack.push_async_callback(site.stop)
+            await site.start(replicas or 1)
+        endpoints = site.endpoints
+        replicas = len(endpoints)
+        run.note_provenance(replicas=replicas)  # Ray's default is only known now
+        servers = "rollout server" if replicas == 1 else f"{replicas} rollout servers"
+        for endpoint in endpoints:
+            run.log(f"rollout server {endpoint.name} healthy at {endpoint.base_url}")
+        reporter.stage(f"{servers} healthy: {', '.join(e.base_url for e in endpoints)}")
+        capacities = [endpoint.capacity for endpoint in endpoints]
+        capacity = sum(c for c in capacities if c) if all(capacities) else None
+        wanted = plan.options.max_in_flight or evaluation.batch_size or capacity or replicas
+        concurrency = min(wanted, capacity) if capacity else wanted
+        if concurrency < wanted:
+            # Said, not silent: more would only wait in the servers' queues, where each
+            # attempt's agent deadline already runs (it counts from submission).
+            asked = "--max-in-flight" if plan.options.max_in_flight else "batch_size"
+            note = (
+                f"{asked} {wanted} is above the rollout servers' capacity of {capacity} "
+                f"(/health max_concurrent); running {concurrency} in flight"
+            )
+            reporter.stage(note)
+            run.log(note)
         reporter.stage(f"running {pending} work items, up to {concurrency} in flight")
         run.log(f"dispatching {pending} work items with concurrency {concurrency}")
         reporter.start_progress(
@@ -169,17 +250,18 @@ async def _dispatch(
             pass_threshold=evaluation.pass_threshold,
         )
         engine = Engine(
-            rollout=client,
+            site=site,
             bridge=bridge,
             sink=run,
             settings=EngineSettings(
                 concurrency=concurrency,
                 agent_timeout_sec=evaluation.agent_workflow_timeout_s,
                 grader_timeout_sec=evaluation.grader_timeout_s,
-                artifact_root=artifact_root,
+                outage_wait_sec=plan.options.outage_wait_s or DEFAULT_OUTAGE_WAIT_SEC,
+                verdict_wait_sec=_verdict_wait(plan.options.stall_after_s),
             ),
-            halt_signals=[process.exit_signal],
-            on_record=reporter.advance,
+            # What the reporter (the platform's database) sees is redacted as the journal is.
+            on_record=lambda record: reporter.advance(redact_record(record, redactor.redact)),
         )
         return await engine.run(_work_items(plan, run))
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
@@ -191,7 +273,7 @@ async def _policy(
 ) -> AsyncIterator[Any]:
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
-    from osmosis.eval.bridge import ModelBridge
+    from osmosis.eval.bridge import ModelBridge, OutagePolicy
     from osmosis.eval.local_model import LocalModelError, LocalModelServer, is_local_model
     from osmosis.eval.model_preflight import ModelPreflightError, preflight
     from osmosis.eval.providers import ModelResolutionError, ModelTarget, resolve_model
@@ -225,10 +307,114 @@ async def _policy(
                 code="VALIDATION",
                 hint="nothing was dispatched; fix the model settings and run again",
             ) from None
-        bridge = ModelBridge(target=target, token=token, redact=redactor.redact)
-        await bridge.start()
+        stall = plan.options.stall_after_s
+        bridge = ModelBridge(
+            target=target,
+            token=token,
+            redact=redactor.redact,
+            advertise_url=plan.options.bridge_url,
+            # A shorter stall window probes sooner and waits less for each probe's answer.
+            outage_policy=OutagePolicy(
+                stall_after_s=stall,
+                probe_timeout_s=min(10.0, stall),
+                probe_first_s=min(1.0, stall / 2),
+                probe_max_s=min(30.0, max(1.0, 5 * stall)),
+            )
+            if stall is not None
+            else OutagePolicy(),
+        )
+        try:
+            await bridge.start(host=plan.options.bridge_host)
+        except OSError as error:
+            raise RunFailed(
+                f"the model bridge cannot listen on {plan.options.bridge_host}: {error}",
+                hint="choose another --bridge-host (or OSMOSIS_BRIDGE_HOST)",
+            ) from None
         stack.push_async_callback(bridge.stop)
         yield bridge
+
+
+@dataclass(frozen=True)
+class _SiteChoice:
+    sandbox: SandboxPolicy | None
+    base_env: Mapping[str, str] | None
+    hidden: tuple[Path, ...]
+
+
+def _site(
+    plan: LocalRunPlan,
+    environment: Any,
+    bridge: Any,
+    run: RunDirectory,
+    reporter: Reporter,
+    redactor: Redactor,
+    choice: _SiteChoice,
+) -> LocalProcessSite:
+    """The local-process site, or the sandbox site when the host asks for one."""
+    from osmosis.eval.sites.local import LocalProcessSite
+
+    common: dict[str, Any] = {
+        "env": {**plan.config.env, **plan.secrets.values},
+        "trials_root": plan.run_dir / "rollout_trials",
+        "log": _rollout_log(run, reporter),
+        "redactor": redactor,
+        "base_env": choice.base_env,
+    }
+    if choice.sandbox is None:
+        return LocalProcessSite(environment, plan.rollout_dir, plan.entrypoint, **common)
+    from urllib.parse import urlsplit
+
+    from osmosis.client import is_loopback
+    from osmosis.eval.sites.sandbox import SandboxSite
+
+    if not is_loopback(urlsplit(bridge.base_url).hostname or ""):
+        raise RunFailed(
+            f"a sandboxed rollout reaches the model bridge on its own loopback only, not at "
+            f"{bridge.base_url}",
+            hint="leave --bridge-url / OSMOSIS_BRIDGE_URL unset for sandboxed runs",
+        )
+    bound = urlsplit(bridge.bound_url)
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bound.hostname or "", bound.hostname)
+    return SandboxSite(
+        environment,
+        plan.rollout_dir,
+        plan.entrypoint,
+        policy=choice.sandbox,
+        workspace=plan.workspace,
+        bridge_url=bridge.base_url,
+        bridge_address=(host or "127.0.0.1", int(bound.port or 0)),
+        # A local workspace keeps other runs and environments there.
+        hidden=(plan.workspace / ".osmosis", *choice.hidden),
+        **common,
+    )
+
+
+def _ray_site(
+    plan: LocalRunPlan,
+    bridge: Any,
+    run: RunDirectory,
+    reporter: Reporter,
+    redactor: Redactor,
+    choice: _SiteChoice,
+) -> RaySite:
+    """Rollout servers as actors on a Ray cluster (`osmosis.eval.sites.ray_site`): the
+    checkout goes to every node, the trials come back through the site."""
+    from osmosis.eval.sites.ray_site import RaySite
+
+    return RaySite(
+        address=plan.options.ray_address,
+        workspace=plan.workspace,
+        rollout_dir=plan.rollout_dir,
+        entrypoint=plan.config.experiment.entrypoint,
+        env={**plan.config.env, **plan.secrets.values},
+        trials_root=plan.run_dir / "rollout_trials",
+        log=_rollout_log(run, reporter),
+        redactor=redactor,
+        artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
+        bridge_url=bridge.base_url,
+        clean_env=choice.base_env is not None,  # the platform: nothing of the operator's
+        max_replicas=plan.options.max_replicas,
+    )
 
 
 def _work_items(plan: LocalRunPlan, run: RunDirectory) -> Iterator[WorkItem]:
@@ -299,6 +485,7 @@ def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> No
             "dataset_name": plan.dataset.name,
             "model_name": plan.config.experiment.model_path,
             "rollout_name": plan.config.experiment.rollout,
+            "replicas": run.manifest.get("provenance", {}).get("replicas", plan.options.replicas),
             "duration_ms": report.duration_ms,
             "started_at": run.manifest.get("created_at"),
             "completed_at": now if complete else None,
@@ -308,6 +495,15 @@ def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> No
         run.log(f"run incomplete: {report.halted}")
 
 
+def _earlier_active_ms(run_dir: Path) -> float:
+    """The active time of this run's earlier invocations, as their metrics.json says."""
+    try:
+        value = json.loads((run_dir / "metrics.json").read_text())["eval_run"]["duration_ms"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
 def _redactor(plan: LocalRunPlan, bridge_token: str) -> Redactor:
     """Secret values, the bridge token, and env values that look like credentials."""
     environ = {**plan.options.environ, **plan.config.env}
@@ -315,23 +511,29 @@ def _redactor(plan: LocalRunPlan, bridge_token: str) -> Redactor:
     return Redactor(values)
 
 
+def _verdict_wait(stall_after_s: float | None) -> float:
+    """How long a failed attempt whose model call still hangs waits for the bridge's verdict:
+    longer than the bridge needs to declare a stall (its silence window plus a probe)."""
+    from osmosis.eval.bridge import OutagePolicy
+
+    default = OutagePolicy()
+    stall = default.stall_after_s if stall_after_s is None else stall_after_s
+    return max(120.0, stall + default.probe_timeout_s + 30.0)
+
+
 def _model_threads() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) - 1)
 
 
-def _capacity(health: dict[str, object]) -> int | None:
-    concurrency = health.get("concurrency")
-    if isinstance(concurrency, dict):
-        value = concurrency.get("max_concurrent")
-        if isinstance(value, int) and value > 0:
-            return value
-    value = health.get("max_queue_depth")
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def _rollout_log(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
+    from osmosis.rollout.access_log import is_protocol_access_line
+
     def log(line: str) -> None:
+        # uvicorn's access lines for the protocol's polling would bury the rollout's own
+        # output in logs.txt (osmosis-ai rollouts print them; ours filter them already).
+        if is_protocol_access_line(line):
+            return
         run.log(line)
         reporter.log_line(line)  # shown with --verbose only
 

@@ -95,7 +95,11 @@ def _where(target: ModelTarget) -> str:
 
 def _key_hint(target: ModelTarget) -> str:
     variable = target.key_env or "the provider's API key variable"
-    return f"check {variable} (the process environment, the config's [env] or a secret)"
+    # Keys are secrets: the docs keep them out of [env], whose literal values sit in git.
+    return (
+        f"check {variable}: export it, or name it in [secrets].required and pass its value "
+        "with --secrets-file (platform runs: `osmosis secret set`)"
+    )
 
 
 def _classify(target: ModelTarget, error: ProviderError, attempts: int) -> ModelPreflightError:
@@ -164,8 +168,9 @@ async def preflight(
         variable = target.key_env or "the provider's API key"
         raise ModelPreflightError(
             "MISSING_CREDENTIALS",
-            f"{target.model_path}: no API key is configured; set {variable} in the "
-            "environment, the config's [env], or as a secret.",
+            f"{target.model_path}: no API key is configured; export {variable}, or name it "
+            "in the config's [secrets].required and pass its value with --secrets-file "
+            f"(platform runs: `osmosis secret set {target.key_env or 'NAME'}`).",
         )
     body = {"model": target.model, "messages": _PROBE_MESSAGES, "max_tokens": _PROBE_MAX_TOKENS}
     attempts = 0

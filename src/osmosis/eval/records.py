@@ -97,6 +97,10 @@ class AttemptRecord(BaseModel):
     """Name of the attempt's ATIF trajectory file, when one was written."""
     resumed: StrictBool = False
     """True when the result was carried over from an earlier invocation of the run."""
+    endpoint: StrictStr | None = None
+    """The rollout endpoint that ran the attempt (`scripted-1`); None in older journals."""
+    node: StrictStr | None = None
+    """The machine that endpoint ran on (`local` for this machine); None in older journals."""
     finished_at: AwareDatetime
     """When the attempt reached its terminal state."""
 

@@ -78,7 +78,7 @@ class RetryPolicy:
 class RetriesExhausted(Exception):
     """A retryable fault persisted past the policy's bounds; `last` is the final error.
 
-    The bridge treats this as a provider outage: the engine halts dispatch.
+    The bridge treats this as a provider outage (`osmosis.eval.bridge_outage`).
     """
 
     def __init__(self, last: ProviderError, *, attempts: int, elapsed: float) -> None:

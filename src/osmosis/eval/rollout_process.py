@@ -7,7 +7,10 @@
 
 The entrypoint is exec'd directly (`<python> main.py`, no shell, no `uv run`) in the rollout
 directory, with the supervisor's variables (`_OSMOSIS_ROLLOUT_PORT`,
-`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`, `_OSMOSIS_ROLLOUT_INSTANCE_ID`, `PYTHONUNBUFFERED=1`).
+`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`, `_OSMOSIS_ROLLOUT_INSTANCE_ID`, `PYTHONUNBUFFERED=1`) and the
+offline settings (`OFFLINE_DEFAULTS`: LiteLLM's bundled price map instead of a download at
+import, no Hugging Face telemetry, `DO_NOT_TRACK`), which the inherited environment or the
+run's `[env]` may override.
 
 What the child sees: our environment minus every `OSMOSIS_*` / `_OSMOSIS_*` variable (the
 engine's settings and platform token; the SDK would also read `OSMOSIS_API_KEY` as its model
@@ -32,6 +35,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,7 +44,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -48,6 +53,7 @@ from typing import IO, Any
 import httpx
 
 from osmosis.eval.environment import RolloutEnvironment
+from osmosis.eval.host_errors import HostError
 from osmosis.eval.redact import Redactor
 
 PROVIDER_CREDENTIAL_VARIABLES = frozenset(
@@ -94,6 +100,17 @@ PROVIDER_CREDENTIAL_VARIABLES = frozenset(
 )
 """Model-provider credentials removed from the child's environment unless passed explicitly."""
 
+OFFLINE_DEFAULTS = {
+    # litellm fetches its price map from GitHub at import (seconds without a network).
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_OFFLINE_MODE": "true",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DO_NOT_TRACK": "1",
+}
+"""Set in every rollout's environment unless inherited or given in `[env]`: a rollout makes
+no outbound lookup of its own at start. Downloads it asks for (a Hugging Face model) still
+work."""
+
 LOG_PREFIX = "[rollout] "
 DEFAULT_STARTUP_TIMEOUT_SEC = 60.0
 DEFAULT_STOP_GRACE_SEC = 5.0
@@ -105,12 +122,18 @@ _KILL_WAIT_SEC = 10.0
 _HEALTH_REQUEST_SEC = 2.0
 _PR_SET_PDEATHSIG = 1
 _OWN_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
+# The last line of a Python traceback ("ValueError: boom"), or a line that says it is an error.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
+_ERROR_LINE = re.compile(r"\b(error|fatal|critical|panic)\b", re.IGNORECASE)
 _FOREIGN_INTERPRETER_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 
-class RolloutStartError(Exception):
+class RolloutStartError(HostError):
     """The rollout server exited or never answered `GET /health` while starting. The message
-    carries its exit code (if it exited) and its last lines of output, secrets redacted."""
+    carries its exit code (if it exited) and its last lines of output, secrets redacted: an
+    entrypoint that raises at import is the user's error, not osmosis'."""
+
+    default_hint = "fix the rollout's entrypoint; nothing was dispatched"
 
     def __init__(self, message: str, *, returncode: int | None, output: list[str]) -> None:
         self.returncode = returncode
@@ -139,6 +162,8 @@ def child_environment(
         for name, value in base_env.items()
         if not name.startswith(_OWN_PREFIXES) and name not in PROVIDER_CREDENTIAL_VARIABLES
     }
+    for name, value in OFFLINE_DEFAULTS.items():
+        child.setdefault(name, value)
     venv = environment.venv
     if venv is not None:
         # The engine's interpreter settings would leak its packages into the isolated venv;
@@ -159,6 +184,27 @@ def child_environment(
     return child
 
 
+@dataclass
+class Launch:
+    """How a rollout server process is started. A site may rewrite it before the spawn (the
+    sandbox wraps `argv` in bwrap and serves the protocol on a Unix socket).
+
+    Launch(argv=[python, "main.py"], env=child_env, cwd=rollout_dir)
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors the child keeps (the sandbox's listening socket)."""
+    preexec: Callable[[], None] | None = None
+    """Runs in the child before exec, after the parent-death hook (joining a cgroup)."""
+    socket_path: Path | None = None
+    """Where the server answers when not on `127.0.0.1:port`: a Unix socket."""
+    started: Callable[[int], None] | None = None
+    """Called in the parent with the child's pid right after the spawn."""
+
+
 class RolloutProcess:
     """A running rollout server: its port, its health, its death, its output.
 
@@ -167,7 +213,7 @@ class RolloutProcess:
     capacity = (await process.health())["concurrency"]["max_concurrent"]
 
     Use `start()` to make one; `stop()` (or `async with`) ends it. `exited` is set the moment
-    the child dies, whoever killed it, so dispatch can halt and leave work pending.
+    the child dies, whoever killed it, so the engine drains its attempts back to pending.
     """
 
     def __init__(
@@ -180,13 +226,16 @@ class RolloutProcess:
         log: Callable[[str], None],
         redactor: Redactor,
         loop: asyncio.AbstractEventLoop,
+        socket_path: Path | None = None,
     ) -> None:
         self._popen = popen
         self.name = name
         self.port = port
         self.pid = popen.pid
         self.instance_id = instance_id
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.socket_path = socket_path
+        self.base_url = f"unix:{socket_path}" if socket_path else f"http://127.0.0.1:{port}"
+        self._health_url = "http://rollout" if socket_path else self.base_url
         self._log = log
         self._redactor = redactor
         self._loop = loop
@@ -218,10 +267,13 @@ class RolloutProcess:
         port: int | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
         base_env: Mapping[str, str] | None = None,
+        name: str | None = None,
+        wrap: Callable[[Launch], Launch] | None = None,
     ) -> RolloutProcess:
         """Start `<environment.python> <entrypoint>` in `rollout_dir` and wait until
         `GET /health` answers 200. `env` is the run's `[env]` table plus resolved secrets;
-        `base_env` defaults to `os.environ`. Raises `RolloutStartError`.
+        `base_env` defaults to `os.environ`; `name` (default: the rollout directory's) is what
+        messages call it; `wrap` may rewrite the launch (a sandbox). Raises `RolloutStartError`.
 
         process = await RolloutProcess.start(env, Path("rollouts/multiply"), "main.py",
                                              env={}, artifact_root=root, log=print,
@@ -239,6 +291,8 @@ class RolloutProcess:
             port=port if port is not None else _free_port(),
             log=log,
             redactor=redactor,
+            name=name,
+            wrap=wrap,
         )
         process._reader.start()
         process._waiter.start()
@@ -262,6 +316,8 @@ class RolloutProcess:
         port: int,
         log: Callable[[str], None],
         redactor: Redactor,
+        name: str | None,
+        wrap: Callable[[Launch], Launch] | None = None,
     ) -> RolloutProcess:
         instance_id = uuid.uuid4().hex
         rollout_dir = rollout_dir.resolve()
@@ -282,32 +338,45 @@ class RolloutProcess:
             artifact_root=artifact_root,
             instance_id=instance_id,
         )
+        launch = Launch([str(environment.python), str(entrypoint_path)], child_env, rollout_dir)
+        if wrap is not None:
+            launch = wrap(launch)
         try:
             popen = subprocess.Popen(
-                [str(environment.python), str(entrypoint_path)],
-                cwd=rollout_dir,
-                env=child_env,
+                launch.argv,
+                cwd=launch.cwd,
+                env=launch.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,  # one stream keeps tracebacks in order with the prints
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                pass_fds=launch.pass_fds,
+                preexec_fn=_chain(_die_with_parent_hook(), launch.preexec),
             )
-        except OSError as exc:  # e.g. the environment's interpreter was deleted
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. the interpreter was deleted
             raise RolloutStartError(
-                f"rollout {rollout_dir.name!r}: cannot execute {environment.python}: {exc}",
+                f"rollout {rollout_dir.name!r}: cannot execute {launch.argv[0]}: {exc}",
                 returncode=None,
                 output=[],
             ) from exc
         _LIVE[popen.pid] = popen
+        if launch.started is not None:
+            try:
+                launch.started(popen.pid)
+            except BaseException:
+                _signal_group(popen.pid, signal.SIGKILL)
+                popen.wait()
+                _LIVE.pop(popen.pid, None)
+                raise
         return cls(
             popen,
-            name=rollout_dir.name,
+            name=name or rollout_dir.name,
             port=port,
             instance_id=instance_id,
             log=log,
             redactor=redactor,
             loop=asyncio.get_running_loop(),
+            socket_path=launch.socket_path,
         )
 
     # --- state -------------------------------------------------------------------------------
@@ -328,23 +397,24 @@ class RolloutProcess:
         return self._exited
 
     @property
-    def exit_signal(self) -> ExitSignal:
-        """The child's death as the engine's halt signal: an `event` and a `reason`.
-
-        Engine(..., halt_signals=[process.exit_signal])
-        """
-        return ExitSignal(self)
-
-    @property
     def exit_reason(self) -> str:
-        """Why the child is gone, with its last line of output (redacted); '' while alive."""
+        """Why the child is gone: its exit code or signal and its last error line (the end of
+        a traceback, or a line that says error), redacted; '' while alive.
+
+        process.exit_reason  # "rollout server 'x' exited unexpectedly (code 3): ValueError: boom"
+        """
         if self.alive:
             return ""
         if self._stop_requested:
             return f"rollout server {self.name!r} was stopped"
-        reason = f"rollout server {self.name!r} exited unexpectedly (code {self.returncode})"
-        last = next((line for line in reversed(self._tail) if line.strip()), None)
-        return f"{reason}: {last}" if last else reason
+        code = self.returncode
+        how = f"code {code}"
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                how += f", killed by {signal.Signals(-code).name}"
+        reason = f"rollout server {self.name!r} exited unexpectedly ({how})"
+        cause = last_error_line(self._tail)
+        return f"{reason}: {cause}" if cause else reason
 
     @property
     def output_tail(self) -> list[str]:
@@ -364,8 +434,8 @@ class RolloutProcess:
 
         (await process.health())["status"]  # 'ok'
         """
-        async with httpx.AsyncClient(timeout=_HEALTH_REQUEST_SEC, trust_env=False) as client:
-            response = await client.get(f"{self.base_url}/health")
+        async with self._http(timeout=_HEALTH_REQUEST_SEC) as client:
+            response = await client.get(f"{self._health_url}/health")
         response.raise_for_status()
         document: dict[str, Any] = response.json()
         return document
@@ -413,7 +483,7 @@ class RolloutProcess:
     async def _wait_healthy(self, budget_sec: float) -> None:
         deadline = time.monotonic() + budget_sec
         interval = 0.05
-        async with httpx.AsyncClient(trust_env=False) as client:  # no proxy for loopback
+        async with self._http() as client:
             while True:
                 if self._exited.is_set():
                     await asyncio.to_thread(self._reader.join, _READER_JOIN_SEC)  # final lines
@@ -438,9 +508,16 @@ class RolloutProcess:
                     await asyncio.wait_for(self._exited.wait(), timeout=wait)
                 interval = min(interval * 1.5, 0.5)
 
+    def _http(self, timeout: float | None = None) -> httpx.AsyncClient:
+        # No proxy for loopback; a sandboxed server answers on its Unix socket.
+        transport = (
+            httpx.AsyncHTTPTransport(uds=str(self.socket_path)) if self.socket_path else None
+        )
+        return httpx.AsyncClient(timeout=timeout, trust_env=False, transport=transport)
+
     async def _answers_health(self, client: httpx.AsyncClient, request_sec: float) -> bool:
         try:
-            response = await client.get(f"{self.base_url}/health", timeout=request_sec)
+            response = await client.get(f"{self._health_url}/health", timeout=request_sec)
             body = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return False
@@ -509,21 +586,20 @@ class RolloutProcess:
             self._loop.call_soon_threadsafe(self._exited.set)
 
 
-class ExitSignal:
-    """A rollout process's death, in the shape the engine's `HaltSignal` expects."""
+def last_error_line(lines: Iterable[str]) -> str | None:
+    """The line of a process's output that says why it failed: the last traceback line
+    (`ValueError: boom`), else the last line that says error; None when none does (the last
+    line is then often just "Uvicorn running on ...", which explains nothing).
 
-    def __init__(self, process: RolloutProcess) -> None:
-        self._process = process
-
-    @property
-    def event(self) -> asyncio.Event:
-        """Set when the child exits."""
-        return self._process.exited
-
-    @property
-    def reason(self) -> str:
-        """What to tell the user once `event` is set."""
-        return self._process.exit_reason or "rollout server exited"
+    last_error_line(["Traceback (most recent call last):", "  ...", "KeyError: 'x'"])
+    # "KeyError: 'x'"
+    """
+    kept = [line.strip() for line in lines if line.strip()]
+    for pattern in (_EXCEPTION_LINE, _ERROR_LINE):
+        found = next((line for line in reversed(kept) if pattern.search(line)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _free_port() -> int:
@@ -571,6 +647,19 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
+def _chain(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One `preexec_fn` running each hook in order (None when there is none)."""
+    present = [hook for hook in hooks if hook is not None]
+    if not present:
+        return None
+
+    def run() -> None:
+        for hook in present:
+            hook()
+
+    return run
+
+
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process not yet stopped
 
 
@@ -593,9 +682,11 @@ __all__ = [
     "DEFAULT_STARTUP_TIMEOUT_SEC",
     "DEFAULT_STOP_GRACE_SEC",
     "LOG_PREFIX",
+    "OFFLINE_DEFAULTS",
     "PROVIDER_CREDENTIAL_VARIABLES",
-    "ExitSignal",
+    "Launch",
     "RolloutProcess",
     "RolloutStartError",
     "child_environment",
+    "last_error_line",
 ]

@@ -3,15 +3,19 @@
     values = resolve_secrets(["JUDGE_KEY"], file_values=read_dotenv(path), environ=os.environ)
 
 Values never come from argv; they are injected into the rollout process and the bridge and
-redacted everywhere they could be written.
+redacted everywhere they could be written. A value shorter than 8 characters is redacted only
+where it stands alone as a word (`osmosis.eval.redact`), so `resolve_secrets` returns a
+warning naming each such secret (`ResolvedSecrets.warnings`) for the run log.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from osmosis.eval.redact import SHORT_SECRET_LENGTH
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -27,10 +31,30 @@ class SecretsError(Exception):
 
 @dataclass(frozen=True)
 class ResolvedSecrets:
-    """Secret values by name, and where each came from (`file` or `environment`)."""
+    """Secret values by name, where each came from (`file` or `environment`), and a warning
+    per secret too short to be redacted inside words (`short_secret_warnings`)."""
 
-    values: Mapping[str, str]
+    values: Mapping[str, str] = field(repr=False)  # never in a log line or traceback
     sources: Mapping[str, str]
+    warnings: tuple[str, ...] = ()
+
+
+def short_secret_warnings(values: Mapping[str, str]) -> list[str]:
+    """One warning per secret whose value is shorter than 8 characters, naming it (never its
+    value): such a value is redacted only where it stands alone as a word.
+
+        short_secret_warnings({"OPENAI_API_KEY": "x"})
+        # ['secret OPENAI_API_KEY is only 1 character long: ...']
+    """
+    warnings = []
+    for name, value in values.items():
+        if value and not value.isspace() and len(value) < SHORT_SECRET_LENGTH:
+            length = f"{len(value)} character{'s' if len(value) != 1 else ''}"
+            warnings.append(
+                f"secret {name} is only {length} long, so it is redacted only where it "
+                "stands alone as a word, not inside longer words"
+            )
+    return warnings
 
 
 def parse_dotenv(text: str, *, source: str = "<secrets>") -> dict[str, str]:
@@ -88,4 +112,6 @@ def resolve_secrets(
             "--secrets-file (NAME=value lines) or export them in the environment",
             missing=missing,
         )
-    return ResolvedSecrets(values=values, sources=sources)
+    return ResolvedSecrets(
+        values=values, sources=sources, warnings=tuple(short_secret_warnings(values))
+    )

@@ -23,6 +23,7 @@ from osmosis.eval.providers import (
     open_transport,
     resolve_model,
 )
+from osmosis.testing import FakeModelServer
 
 LOCAL = "http://127.0.0.1:8000/v1"
 
@@ -314,6 +315,47 @@ async def test_the_direct_transport_reports_a_refused_connection() -> None:
         await transport.aclose()
     assert (caught.value.cause, caught.value.retryable) == ("connection", True)
     assert base in caught.value.message
+
+
+async def test_the_direct_transport_answers_one_call_after_another() -> None:
+    async with FakeModelServer() as model:
+        transport = OpenAIWireTransport(
+            ModelTarget(kind="openai-compatible", model="m", api_base=model.base_url)
+        )
+        try:
+            for _ in range(3):
+                completion = await transport.complete(
+                    {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}
+                )
+                assert completion.payload["choices"][0]["message"]["content"]
+        finally:
+            await transport.aclose()
+        stats = model.stats()
+    assert stats.chat_completions == 3
+
+
+async def test_a_provider_behind_the_environments_proxy_is_called_through_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lean client cannot use a proxy: with one set for the provider's address, calls
+    go through aiohttp and the proxy (here the fake model answers the proxied request)."""
+    async with FakeModelServer() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        # Not routable from here: only the proxy can answer for it.
+        base = "http://10.255.255.1/v1"
+        transport = OpenAIWireTransport(
+            ModelTarget(kind="openai-compatible", model="m", api_base=base)
+        )
+        try:
+            completion = await transport.complete(
+                {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}
+            )
+        finally:
+            await transport.aclose()
+        assert completion.payload["choices"][0]["message"]["content"]
+        assert proxy.stats().chat_completions == 1
 
 
 @pytest.mark.slow

@@ -1,10 +1,13 @@
-"""Redactor: every secret occurrence becomes [REDACTED], in text and in JSON-like data."""
+"""Redactor: every secret occurrence becomes [REDACTED], in text and in JSON-like data; values
+under 8 characters only as whole tokens."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from osmosis.eval.redact import PLACEHOLDER, Redactor, sensitive_env_values
+from osmosis.eval.records import AttemptRecord
+from osmosis.eval.redact import PLACEHOLDER, SHORT_SECRET_LENGTH, Redactor, sensitive_env_values
 
 
 @pytest.mark.parametrize(
@@ -13,26 +16,78 @@ from osmosis.eval.redact import PLACEHOLDER, Redactor, sensitive_env_values
         (["sk-live-123"], "key=sk-live-123", "key=[REDACTED]"),
         (["sk-live-123"], "sk-live-123 and sk-live-123", "[REDACTED] and [REDACTED]"),
         (["sk-live-123"], "nothing to hide", "nothing to hide"),
-        (["abc"], "short abc too", "short [REDACTED] too"),  # short values are still secrets
-        (["x"], "max", "ma[REDACTED]"),
+        (["sk-live-123"], "xsk-live-123y", "x[REDACTED]y"),  # 8+ characters: hidden anywhere
         # overlapping secrets: no fragment of either survives
-        (["abcdef", "defghi"], "xabcdefghiy", "x[REDACTED]y"),
+        (["abcdef-123", "123-ghijkl"], "xabcdef-123-ghijkly", "x[REDACTED]y"),
         (["token", "token-extended"], "token-extended!", "[REDACTED]!"),  # longest first
         (["token", "token-extended"], "token-ext", "[REDACTED]-ext"),
-        (["aaa"], "aaaa", "[REDACTED]"),  # overlapping occurrences of one secret
+        (["aaaaaaaa"], "aaaaaaaaaa", "[REDACTED]"),  # overlapping occurrences of one secret
         (["a.b*c"], "a.b*c axbbc", "[REDACTED] axbbc"),  # values are literal, not patterns
         ([], "anything", "anything"),
         (["", "   ", "\n"], "a   b\n", "a   b\n"),  # blank values are ignored, not "redacted"
+        # Under 8 characters: still a secret, but hidden only as a whole token.
+        (["abc"], "short abc too", "short [REDACTED] too"),
+        (["x"], "x", "[REDACTED]"),
+        (["x"], "key x rejected", "key [REDACTED] rejected"),
+        (["x"], "row_index max x_y x1 1x", "row_index max x_y x1 1x"),  # inside words: kept
+        (["x"], "(x) 'x', x.", "([REDACTED]) '[REDACTED]', [REDACTED]."),
+        (["hunter2"], "pw=hunter2; hunter22 ahunter2", "pw=[REDACTED]; hunter22 ahunter2"),
+        (["!!"], "a!!b", "a[REDACTED]b"),  # no word character at its edges: no boundary to keep
+        (["-ab"], "x-ab -abc", "x[REDACTED] -abc"),  # only its word-character edge is checked
     ],
 )
 def test_redact_hides_every_occurrence(secrets, text, expected):
     assert Redactor(secrets).redact(text) == expected
 
 
-def test_a_secret_is_also_hidden_in_its_json_escaped_form():
-    secret = 'pa"ss\\word'
+@pytest.mark.parametrize("secret", ['pa"ss\\word', 'a"b'])  # long and short
+def test_a_secret_is_also_hidden_in_its_json_escaped_form(secret):
     dumped = json.dumps({"password": secret})
     assert Redactor([secret]).redact(dumped) == '{"password": "[REDACTED]"}'
+
+
+def test_a_one_letter_secret_leaves_a_journal_line_readable():
+    # OPENAI_API_KEY=x once turned "row_index" into "row_inde[REDACTED]" in every journal
+    # line, and the run ended with a ValidationError after every attempt had run.
+    record = AttemptRecord(
+        row_index=3,
+        run_index=0,
+        rollout_id="0f" * 16,
+        source_row_index=17,
+        status="failed",
+        error_type="agent_error",
+        error_message="provider said: key x rejected",
+        duration_ms=12.5,
+        finished_at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    line = record.model_dump_json()
+    redactor = Redactor(["x"])
+
+    as_text = AttemptRecord.model_validate_json(redactor.redact(line))
+    as_data = AttemptRecord.model_validate(redactor.redact_obj(record.model_dump(mode="json")))
+    for redacted in (as_text, as_data):
+        assert redacted.error_message == "provider said: key [REDACTED] rejected"
+        assert redacted.model_dump(exclude={"error_message"}) == record.model_dump(
+            exclude={"error_message"}
+        )
+
+
+def test_data_redaction_keeps_numbers_whatever_the_secret():
+    # A secret "1" as text would turn `"row_index": 1` into `"row_index": [REDACTED]`:
+    # documents are redacted as data, where only strings change.
+    redactor = Redactor(["1"])
+    assert redactor.redact('{"row_index": 1}') == '{"row_index": [REDACTED]}'
+    assert redactor.redact_obj({"row_index": 1, "note": "1 apple, 11 pears"}) == {
+        "row_index": 1,
+        "note": "[REDACTED] apple, 11 pears",
+    }
+
+
+def test_short_secrets_lists_the_values_hidden_only_as_whole_tokens():
+    redactor = Redactor(["x", "hunter2", "sk-live-123", " "])
+    assert redactor.short_secrets == {"x", "hunter2"}
+    assert redactor.secrets == {"x", "hunter2", "sk-live-123"}
+    assert len("hunter2") == SHORT_SECRET_LENGTH - 1
 
 
 def test_redact_obj_rebuilds_json_like_structures():

@@ -1,0 +1,68 @@
+"""Rollout sites: where a run's rollout servers live, behind one seam the engine knows.
+
+Design note (issue 11; the sandbox and Ray sites plug in here next)
+-------------------------------------------------------------------
+
+A *site* starts N rollout-server *endpoints* for one run, replaces one that is gone (a
+bounded number of times), and stops them all. A *host* (`osmosis eval run`, the platform
+worker) picks the site and starts it; the engine gets the started site and uses exactly two
+things of it: `site.endpoints` and `site.replace(endpoint, reason)`.
+
+An endpoint (`seam.Endpoint`) is a name (stable across restarts; recorded on every attempt,
+with its node), a base URL, a capacity (from its `/health`), a `dead` event plus a
+`death_reason`, a rollout-protocol object (`api.RolloutAPI`: start / wait / cancel / health),
+and `trial(rollout_id)`: a local directory holding the attempt's `trajectory.json` and
+`artifacts/`. Whatever a site does to get there (nothing, a copy, bytes shipped back), the
+engine and the run directory see one shape, and treat its contents as untrusted.
+
+The engine balances attempts by least-in-flight within each endpoint's capacity, backs off
+an endpoint that answers 429 for its `Retry-After`, and drains an endpoint that is gone (its
+`dead` event, or a failed `/health` after an attempt could not reach it): its attempts go
+back to pending with fresh rollout ids and it asks the site for a replacement. It halts only
+when no endpoint is left. The fault vocabulary lives in `api` so that every implementation
+sorts errors the same way.
+
+One more site is one more module here, with no engine change:
+
+- `local` (this package): child processes of the engine (`RolloutProcess` + `RolloutClient`).
+- a sandbox site (issue 12) launches the same command wrapped in `bwrap`; its artifacts
+  directory is bind-mounted and hostile, which `trial()` hands over as is: the engine reads
+  `trajectory.json` without following links and the run directory's artifact copy refuses
+  links and devices.
+- a Ray site (issue 15) gives endpoints whose `api` calls an actor, whose `node` is the
+  actor's node, whose `dead` is set from the actor's death, and whose `trial()` writes the
+  bytes shipped back into `trials_root/<rollout_id>` first.
+
+    from osmosis.eval.sites.local import LocalProcessSite
+    async with LocalProcessSite(env, rollout_dir, "main.py", ...) as site:
+        await site.start(replicas=2)
+        outcome = await Engine(site=site, bridge=bridge, sink=sink, settings=s).run(items)
+"""
+
+from osmosis.eval.sites.api import (
+    PROTOCOL_ERROR,
+    AdmissionRejected,
+    AtCapacity,
+    Lease,
+    MalformedResponse,
+    ResultDeadlineExceeded,
+    RolloutAPI,
+    RolloutServerUnavailable,
+    parse_result,
+)
+from osmosis.eval.sites.seam import Endpoint, Site, SiteExhausted
+
+__all__ = [
+    "PROTOCOL_ERROR",
+    "AdmissionRejected",
+    "AtCapacity",
+    "Endpoint",
+    "Lease",
+    "MalformedResponse",
+    "ResultDeadlineExceeded",
+    "RolloutAPI",
+    "RolloutServerUnavailable",
+    "Site",
+    "SiteExhausted",
+    "parse_result",
+]
