@@ -1,0 +1,259 @@
+"""The Ray executor's figures (issue 15), on a two-node Ray cluster on loopback.
+
+    .venv/bin/python bench/ray.py [--cases latency,overhead,transport] [--attempts N]
+
+It starts the same test cluster as tests/integration/test_ray_cluster.py (`ray start` twice,
+closed to the network, without strace) and runs `osmosis eval run` against the scripted
+model, each replica's capacity fixed at 16 (`max_concurrent`):
+
+  latency    500 ms model latency, 400 attempts, `--executor ray` with 1 and with 2 replicas
+             (one per node): attempts/s over the dispatch (first attempt's start to the last
+             one's end, from the journal), against the ideal (replicas x 16 / 0.5 s), and the
+             2-replica speed-up (target >= 1.7x). The local executor's figures beside them.
+  overhead   0 ms latency, 1 replica, 1,000 attempts (16 in flight): the Ray path's cost per
+             attempt over the local engine's: wall ms per attempt over the dispatch, and CPU ms
+             per attempt of every process involved (engine, rollout server, and for Ray the
+             replica's actor, the raylets and the GCS), measured between the 10th and the 90th
+             percentile of recorded attempts (start-up left out).
+  transport  the same 0 ms run with the endpoint's protocol calls relayed by the actor (what
+             the site does) and straight over HTTP to the server (possible only because every
+             node here is this machine): the price of the relay.
+
+Each row says the load average around it: 2 shared cores, so repeat a figure taken under load.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, bench/ comes first on sys.path (bench/platform.py would shadow `platform`).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ for the cluster
+# ruff: noqa: E402
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import bench.engine as engine_bench
+from tests.integration.test_ray_cluster import RayCluster
+
+from osmosis.testing import FakeModelServer
+
+CAPACITY = 16  # each replica's max_concurrent
+# `eval run`, with the Ray site talking HTTP to its servers instead of through the actor.
+HTTP_TRANSPORT = (
+    "from osmosis.eval.sites.ray_site import RaySite\n"
+    "RaySite.__init__.__kwdefaults__['transport'] = 'http'\n"
+    "from osmosis.cli.main import run; run()\n"
+)
+CLI = "from osmosis.cli.main import run; run()"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def make_workspace(root: Path, rows: int) -> Path:
+    """bench/engine.py's one-call rollout and dataset, each server's capacity set to 16."""
+    config = engine_bench.make_workspace(root, rows)
+    main = root / "rollouts" / "bench" / "main.py"
+    main.write_text(main.read_text().replace("max_concurrent=1024", f"max_concurrent={CAPACITY}"))
+    return config
+
+
+def processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) of every process."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(stat.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+    return found
+
+
+def below(roots: set[int], table: dict[int, tuple[int, float]]) -> set[int]:
+    inside, grew = set(roots), True
+    while grew:
+        more = {pid for pid, (parent, _) in table.items() if parent in inside} - inside
+        inside |= more
+        grew = bool(more)
+    return inside
+
+
+@dataclass
+class Watch:
+    """CPU of the engine and of the cluster, sampled with the journal's count."""
+
+    roots: set[int]
+    journal: Path
+    samples: list[tuple[float, int, float]] = field(default_factory=list)
+    last: dict[int, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                recorded = self.journal.read_bytes().count(b"\n")
+            except OSError:
+                recorded = 0
+            table = processes()
+            for pid in below(self.roots, table) & table.keys():
+                self.last[pid] = table[pid][1]  # an exited process keeps its last reading
+            self.samples.append((time.monotonic(), recorded, sum(self.last.values())))
+            time.sleep(0.05)
+
+    def cpu_ms_per_attempt(self, attempts: int) -> float:
+        low = next(s for s in self.samples if s[1] >= attempts * 0.1)
+        high = next((s for s in self.samples if s[1] >= attempts * 0.9), self.samples[-1])
+        done = high[1] - low[1]
+        if done <= 0:
+            raise SystemExit("too short to measure: give it more attempts")
+        return (high[2] - low[2]) * 1000 / done
+
+
+@dataclass
+class Run:
+    attempts: int
+    dispatch_s: float
+    cpu_ms: float
+    load: tuple[float, float]
+    nodes: int
+
+    @property
+    def rate(self) -> float:
+        return self.attempts / self.dispatch_s
+
+
+def eval_run(
+    model: FakeModelServer,
+    attempts: int,
+    *,
+    cluster: RayCluster | None,
+    replicas: int,
+    entry: str = CLI,
+) -> Run:
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as workdir:
+        config = make_workspace(Path(workdir), attempts)
+        env = {**(cluster.env if cluster else os.environ)}
+        env.update(OPENAI_API_BASE=model.base_url, OPENAI_API_KEY="sk-bench")
+        flags = ["--replicas", str(replicas)]
+        if cluster is not None:
+            flags += ["--executor", "ray", "--ray-address", cluster.address]
+        command = [sys.executable, "-c", entry, "eval", "run", str(config), "--name", "b"]
+        process = subprocess.Popen(
+            [*command, "-y", "--json", *flags],
+            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        journal = Path(workdir) / ".osmosis" / "evals" / "b" / "events.jsonl"
+        roots = {process.pid} | ({n.process.pid for n in cluster.nodes} if cluster else set())
+        watch = Watch(roots, journal)
+        watcher = threading.Thread(target=watch.run)
+        watcher.start()
+        _, err = process.communicate()
+        watch.stop.set()
+        watcher.join()
+        if process.returncode != 0:
+            raise SystemExit(f"eval run failed ({process.returncode}):\n{err[-3000:]}")
+        records = [json.loads(line) for line in journal.read_text().splitlines()]
+    if len(records) != attempts:
+        raise SystemExit(f"expected {attempts} recorded attempts, found {len(records)}")
+    ends = [datetime.fromisoformat(r["finished_at"]).timestamp() for r in records]
+    starts = [end - r["duration_ms"] / 1000 for end, r in zip(ends, records, strict=True)]
+    return Run(
+        attempts=attempts,
+        dispatch_s=max(ends) - min(starts),
+        cpu_ms=watch.cpu_ms_per_attempt(attempts),
+        load=(load, os.getloadavg()[0]),
+        nodes=len({r.get("node") for r in records}),
+    )
+
+
+def row(case: str, figure: str, reference: str, run: Run | None = None) -> None:
+    load = f"load {run.load[0]:.1f}-{run.load[1]:.1f}" if run else ""
+    print(f"{case:<44} {figure:<34} {reference:<40} {load}", flush=True)
+
+
+def case_latency(cluster: RayCluster, attempts: int) -> None:
+    with FakeModelServer(latency=0.5) as model:
+        runs = {
+            (where, replicas): eval_run(
+                model, attempts, cluster=cluster if where == "ray" else None, replicas=replicas
+            )
+            for where in ("ray", "local")
+            for replicas in (1, 2)
+        }
+    for (where, replicas), run in runs.items():
+        ideal = replicas * CAPACITY / 0.5
+        row(
+            f"500 ms, {attempts}, capacity 16: {where} x{replicas}",
+            f"{run.rate:.1f} attempts/s on {run.nodes} node(s)",
+            f"ideal {ideal:.0f}/s: {run.rate / ideal:.0%} of it",
+            run,
+        )
+    for where in ("ray", "local"):
+        speedup = runs[(where, 2)].rate / runs[(where, 1)].rate
+        row(f"  {where}: 2 replicas / 1", f"{speedup:.2f}x", "target >= 1.70x")
+
+
+def case_overhead(cluster: RayCluster, attempts: int, *, transport: bool) -> None:
+    with FakeModelServer() as model:
+        local = eval_run(model, attempts, cluster=None, replicas=1)
+        ray = eval_run(model, attempts, cluster=cluster, replicas=1)
+        http = (
+            eval_run(model, attempts, cluster=cluster, replicas=1, entry=HTTP_TRANSPORT)
+            if transport
+            else None
+        )
+    for label, run in (("local engine", local), ("ray (actor relay)", ray), ("ray (http)", http)):
+        if run is None:
+            continue
+        row(
+            f"0 ms, {attempts}, 1 replica: {label}",
+            f"{run.dispatch_s * 1000 / attempts:.2f} ms/attempt wall",
+            f"{run.cpu_ms:.2f} CPU ms/attempt (all processes)",
+            run,
+        )
+    for label, run in (("ray (actor relay)", ray), ("ray (http)", http)):
+        if run is None:
+            continue
+        wall = (run.dispatch_s - local.dispatch_s) * 1000 / attempts
+        row(
+            f"  overhead of {label} over local",
+            f"+{wall:.2f} ms/attempt wall",
+            f"+{run.cpu_ms - local.cpu_ms:.2f} CPU ms/attempt",
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="latency,overhead,transport")
+    parser.add_argument("--attempts", type=int, default=400, help="latency case attempts")
+    parser.add_argument("--overhead-attempts", type=int, default=1000)
+    args = parser.parse_args()
+    cases = set(args.cases.split(","))
+    with tempfile.TemporaryDirectory(prefix="osmosis-ray-bench-") as root:
+        started = time.monotonic()
+        cluster = RayCluster.start(Path(root), trace=False)
+        print(f"cluster: 2 nodes on 127.0.0.1 in {time.monotonic() - started:.1f} s")
+        try:
+            if "latency" in cases:
+                case_latency(cluster, args.attempts)
+            if cases & {"overhead", "transport"}:
+                case_overhead(cluster, args.overhead_attempts, transport="transport" in cases)
+        finally:
+            cluster.stop()
+            left = cluster.leftovers()
+            if left:
+                print(f"Ray processes left behind: {left}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
