@@ -1,4 +1,5 @@
-"""Worlds for platform tests: an in-process app on a temporary home, and a real server process."""
+"""Worlds for platform tests: an in-process app on a temporary home, and a real server process,
+each on SQLite and on PostgreSQL (`databases`: see tests/platform/databases.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ import pytest
 from fastapi import FastAPI
 
 from osmosis.platform import Settings, create_app
+from tests.platform.databases import (
+    Databases,
+    PostgresCluster,
+    PostgresUnavailable,
+    parametrize_only,
+    selected_kinds,
+    shared_cluster,
+    stop_shared_cluster,
+)
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 
@@ -47,6 +57,51 @@ def osmosis_json(*args: str, env: Mapping[str, str]) -> dict:
     return json.loads(result.stdout)
 
 
+# -- the databases -----------------------------------------------------------------------------
+# Session-scoped and parametrised: every test that uses a world below runs once per database
+# kind, and pytest groups the tests of one kind together.
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_only(metafunc)
+
+
+@pytest.fixture(scope="session", params=selected_kinds())
+def database_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """This test process's PostgreSQL (a throwaway cluster, started once)."""
+    try:
+        cluster = shared_cluster()
+    except PostgresUnavailable as error:
+        pytest.fail(f"PostgreSQL is needed and unavailable: {error}", pytrace=False)
+    yield cluster
+    stop_shared_cluster()
+
+
+def _databases(kind: str, request: pytest.FixtureRequest) -> Databases:
+    cluster = request.getfixturevalue("postgres") if kind == "postgresql" else None
+    return Databases(kind=kind, cluster=cluster)
+
+
+@pytest.fixture
+def databases(database_kind: str, request: pytest.FixtureRequest) -> Iterator[Databases]:
+    """This test's databases: `url(home)`, `env(home)`, `settings(home)`, `new_url()`."""
+    found = _databases(database_kind, request)
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="module")
+def module_databases(database_kind: str, request: pytest.FixtureRequest) -> Iterator[Databases]:
+    """The same, for worlds that live as long as their module."""
+    found = _databases(database_kind, request)
+    yield found
+    found.close()
+
+
 # -- in-process ------------------------------------------------------------------------------
 @dataclass
 class LocalPlatform:
@@ -56,8 +111,8 @@ class LocalPlatform:
 
 
 @pytest.fixture
-def local_platform(tmp_path: Path) -> Iterator[LocalPlatform]:
-    settings = Settings(home=tmp_path / "home")
+def local_platform(tmp_path: Path, databases: Databases) -> Iterator[LocalPlatform]:
+    settings = databases.settings(tmp_path / "home")
     app = create_app(settings)
     token = json.loads(settings.credentials_file.read_text())["token"]
     yield LocalPlatform(app=app, settings=settings, admin_token=token)
@@ -82,6 +137,11 @@ class RunningPlatform:
     home: Path
     config_dir: Path
     env: dict[str, str]
+    databases: Databases
+
+    @property
+    def database_url(self) -> str:
+        return self.databases.url(self.home)
 
     @property
     def admin_token(self) -> str:
@@ -89,17 +149,25 @@ class RunningPlatform:
 
 
 @pytest.fixture(scope="module")
-def running_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlatform]:
+def running_platform(
+    tmp_path_factory: pytest.TempPathFactory, module_databases: Databases
+) -> Iterator[RunningPlatform]:
     """`osmosis server start --detach` on a free loopback port with a temporary home."""
     root = tmp_path_factory.mktemp("platform")
     home, config_dir = root / "home", root / "config"
-    env = clean_env(OSMOSIS_HOME=str(home), OSMOSIS_CONFIG_DIR=str(config_dir))
+    env = clean_env(
+        OSMOSIS_HOME=str(home), OSMOSIS_CONFIG_DIR=str(config_dir), **module_databases.env(home)
+    )
     port = free_port()
     started = osmosis("server", "start", "--detach", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr + started.stdout
     try:
         yield RunningPlatform(
-            url=f"http://127.0.0.1:{port}", home=home, config_dir=config_dir, env=env
+            url=f"http://127.0.0.1:{port}",
+            home=home,
+            config_dir=config_dir,
+            env=env,
+            databases=module_databases,
         )
     finally:
         osmosis("server", "stop", env=env)

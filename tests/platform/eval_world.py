@@ -31,6 +31,7 @@ from osmosis.workspace import normalise_identity
 from tests.e2e.conftest import model_env
 from tests.e2e.workspace import make_workspace
 from tests.platform.conftest import free_port, osmosis
+from tests.platform.databases import Databases
 
 CONFIG_PATH = "configs/eval/scripted.toml"
 TERMINAL = ("finished", "failed", "stopped")
@@ -46,10 +47,21 @@ class Server:
     port: int = field(default_factory=free_port)
 
     @classmethod
-    def start(cls, root: Path, model: FakeModelServer, **settings: str) -> Server:
+    def start(
+        cls,
+        root: Path,
+        model: FakeModelServer,
+        *,
+        databases: Databases | None = None,
+        **settings: str,
+    ) -> Server:
+        """A server on `root/home`: on SQLite, or on `databases` (tests/platform/databases.py:
+        pass the test's `databases` fixture so the world runs on both)."""
         env = model_env(
             model, OSMOSIS_HOME=str(root / "home"), OSMOSIS_CONFIG_DIR=str(root / "config")
         )
+        if databases is not None:
+            env.update(databases.env(root / "home"))
         env.update(settings)
         server = cls(home=root / "home", env=env)
         server.launch()

@@ -199,6 +199,7 @@ def test_migrations_reach_head_and_are_idempotent(local_platform):
     assert current_revision(engine) == head_revision()
 
 
+@pytest.mark.databases("sqlite")
 def test_sqlite_runs_in_wal_with_foreign_keys(local_platform):
     from sqlalchemy import text
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,13 @@ def test_partials_of_abandoned_writes_are_swept(tmp_path):
 def test_a_key_that_is_not_a_hash_cannot_build_a_path(tmp_path, namespace, sha256, extension):
     with pytest.raises(ValueError, match="not a blob key"):
         BlobStore(tmp_path).path(namespace, sha256=sha256, extension=extension)
+
+
+def test_blobs_are_owner_only_whatever_the_umask(tmp_path):
+    previous = os.umask(0o022)  # files 0644 and directories 0755 by default
+    try:
+        stored = put(BlobStore(tmp_path), DATA)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert stat.S_IMODE(stored.parent.stat().st_mode) == 0o700

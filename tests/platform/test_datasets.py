@@ -374,6 +374,17 @@ def test_the_server_revalidates_and_keeps_nothing_invalid(running_platform, tree
 
 
 # -- paging -----------------------------------------------------------------------------------
+def test_first_uploads_at_once_to_a_new_workspace_all_succeed(running_platform, tmp_path):
+    # Each request finds no workspace and creates it; the losers of that race use the
+    # winner's instead of answering 409 (CI saw one in 51 fail so).
+    api = api_for(running_platform, make_repo(tmp_path))
+    names = [f"first{i}" for i in range(8)]
+    with ThreadPoolExecutor(len(names)) as pool:
+        answers = list(pool.map(lambda n: api.upload(f"{n}.csv", csv_rows(n)), names))
+    assert [a.status_code for a in answers] == [201] * len(names), [a.text for a in answers]
+    assert api.get("").json()["total_count"] == len(names)
+
+
 def test_list_pages_with_limit_and_all(running_platform, tmp_path):
     env = running_platform.env
     repo = make_repo(tmp_path)
@@ -444,8 +455,13 @@ def test_other_users_cannot_see_or_touch_a_workspaces_datasets(running_platform,
         assert answer.status_code == 404 and b"user_prompt" not in answer.content
     assert eve.upload("qa.jsonl", rows_jsonl(4), overwrite=True).status_code == 404
 
-    # In her own workspace a name used elsewhere is as unknown as one never used.
-    own = api_for(running_platform, make_repo(tmp_path, "eve-tree"), token=eve.token)
+    # In her own workspace a name used elsewhere is as unknown as one never used. Only an
+    # admin creates workspaces (OSMOSIS_WORKSPACE_CREATION=admin, the default).
+    eve_tree = make_repo(tmp_path, "eve-tree")
+    cli_json(
+        "workspace", "create", "--owner", "eve@example.com", env=running_platform.env, cwd=eve_tree
+    )
+    own = api_for(running_platform, eve_tree, token=eve.token)
     assert own.get("").json()["total_count"] == 0
     taken, never = own.get("/qa").json()["error"], own.get("/never").json()["error"]
     assert taken["code"] == never["code"] == "NOT_FOUND"
@@ -533,13 +549,14 @@ class OwnPlatform:
 
 
 @pytest.fixture
-def own_platform(tmp_path) -> Iterator[OwnPlatform]:
+def own_platform(tmp_path, databases) -> Iterator[OwnPlatform]:
     """A server of this test's own (it is stopped, killed and restarted), with a 4 KB cap."""
     home = tmp_path / "home"
     env = clean_env(
         OSMOSIS_HOME=str(home),
         OSMOSIS_CONFIG_DIR=str(tmp_path / "config"),
         OSMOSIS_MAX_UPLOAD_BYTES="4096",
+        **databases.env(home),
     )
     port = free_port()
     started = osmosis_json("server", "start", "--detach", "--port", str(port), env=env)

@@ -66,10 +66,31 @@ def fake_model() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, fake_model) -> Iterator[Server]:
+def server(tmp_path_factory, fake_model, module_databases) -> Iterator[Server]:
     """One platform executing one run at a time (so queueing is observable)."""
     platform = Server.start(
-        tmp_path_factory.mktemp("platform"), fake_model, OSMOSIS_MAX_CONCURRENT_RUNS="1"
+        tmp_path_factory.mktemp("platform"),
+        fake_model,
+        databases=module_databases,
+        OSMOSIS_MAX_CONCURRENT_RUNS="1",
+    )
+    yield platform
+    platform.stop()
+
+
+@pytest.fixture(scope="module")
+def host_channel_server(tmp_path_factory, fake_model, module_databases) -> Iterator[Server]:
+    """The same platform with the rollout sandbox off (OSMOSIS_SANDBOX=off), for the tests
+    whose rollout talks to the test through host files: it writes its pid to PID_FILE (which
+    the test then kills) or reads BREAK_FILE / GATE_FILE. A sandboxed rollout sees neither
+    the test's files nor host pids (its own PID namespace); tests/platform/test_sandbox.py
+    covers stopping and restarting sandboxed rollout servers through their host pids."""
+    platform = Server.start(
+        tmp_path_factory.mktemp("platform-host-files"),
+        fake_model,
+        databases=module_databases,
+        OSMOSIS_MAX_CONCURRENT_RUNS="1",
+        OSMOSIS_SANDBOX="off",
     )
     yield platform
     platform.stop()
@@ -228,13 +249,18 @@ def test_submit_names_every_problem_and_stores_nothing(server, tmp_path):
 
 
 # -- stop, retry ------------------------------------------------------------------------------
-def test_stop_keeps_what_finished_and_stops_the_rollout(server, tmp_path):
+def test_stop_keeps_what_finished_and_stops_the_rollout(host_channel_server, tmp_path):
     pid_file = tmp_path / "rollout.pid"
     rows = [row("pass", a, 7, sleep=0.3) for a in range(2, 22)]
     repo = workspace(
-        tmp_path, server, rows, limit=20, batch_size=1, env={"PID_FILE": str(pid_file)}
+        tmp_path,
+        host_channel_server,
+        rows,
+        limit=20,
+        batch_size=1,
+        env={"PID_FILE": str(pid_file)},
     )
-    with server.client() as client:
+    with host_channel_server.client() as client:
         created = submit(client, repo)
         recorded_at_least(client, created.id, 3)
         rollout_pid = int(pid_file.read_text())
@@ -249,7 +275,7 @@ def test_stop_keeps_what_finished_and_stops_the_rollout(server, tmp_path):
         assert detail.metrics["summary"]["total_samples"] == done
         assert detail.metrics["eval_run"]["status"] == "stopped"
         assert client.eval_run_attempts(created.id).total_count == done
-        journal = read_jsonl(run_dir(server, created.id) / "events.jsonl")
+        journal = read_jsonl(run_dir(host_channel_server, created.id) / "events.jsonl")
         assert len(journal) == done
         with pytest.raises(PlatformAPIError) as again:
             client.stop_eval_run(created.id)
@@ -261,18 +287,23 @@ def test_stop_keeps_what_finished_and_stops_the_rollout(server, tmp_path):
         resumed = finished(client, created.id)
         assert resumed.eval_run.status == "finished"
         assert (resumed.summary.progress.completed, resumed.summary.passed) == (20, 20)
-        journal = read_jsonl(run_dir(server, created.id) / "events.jsonl")
+        journal = read_jsonl(run_dir(host_channel_server, created.id) / "events.jsonl")
         assert len(journal) == 20  # the attempts before the stop were not run again
 
 
-def test_retry_reruns_the_failures_with_fresh_rollout_ids(server, tmp_path):
+def test_retry_reruns_the_failures_with_fresh_rollout_ids(host_channel_server, tmp_path):
     broken = tmp_path / "broken"
     broken.touch()
     rows = [row("pass", 2, 2), row("breakable", 3, 3), row("pass", 4, 4), row("breakable", 5, 5)]
     repo = workspace(
-        tmp_path, server, rows, limit=4, main=BREAKABLE_MAIN, env={"BREAK_FILE": str(broken)}
+        tmp_path,
+        host_channel_server,
+        rows,
+        limit=4,
+        main=BREAKABLE_MAIN,
+        env={"BREAK_FILE": str(broken)},
     )
-    with server.client() as client:
+    with host_channel_server.client() as client:
         created = submit(client, repo)
         first = finished(client, created.id)
         assert (first.eval_run.status, first.summary.failed, first.summary.passed) == (
@@ -287,7 +318,8 @@ def test_retry_reruns_the_failures_with_fresh_rollout_ids(server, tmp_path):
         assert (retried.status, retried.retryable_samples) == ("pending", 2)
         second = finished(client, created.id)
         assert second.eval_run.status == "finished"
-        assert (second.summary.passed, second.summary.failed) == (4, 0)
+        story = "\n".join(all_logs(client, created.id))  # says why, should this ever fail
+        assert (second.summary.passed, second.summary.failed) == (4, 0), story
         assert second.metrics is not None and second.metrics["summary"]["passed"] == 4
         after = {a.row_index: a for a in client.eval_run_attempts(created.id).attempts}
         for r in (1, 3):
@@ -299,21 +331,23 @@ def test_retry_reruns_the_failures_with_fresh_rollout_ids(server, tmp_path):
         assert nothing_left.value.status_code == 409
 
 
-def test_secrets_given_for_a_run_are_never_stored_and_a_retry_needs_them_again(server, tmp_path):
+def test_secrets_given_for_a_run_are_never_stored_and_a_retry_needs_them_again(
+    host_channel_server, tmp_path
+):
     secret = "s3cr3t-RUN-VALUE-9876"
     broken = tmp_path / "broken"
     broken.touch()
     rows = [row("pass", 2, 2), row("breakable", 3, 3), row("pass", 4, 4), row("pass", 5, 5)]
     repo = workspace(
         tmp_path,
-        server,
+        host_channel_server,
         rows,
         limit=2,
         main=BREAKABLE_MAIN,
         secrets=["SHOUT_SECRET"],
         env={"BREAK_FILE": str(broken)},
     )
-    with server.client() as client:
+    with host_channel_server.client() as client:
         created = submit(client, repo, provided={"SHOUT_SECRET": secret})
         first = finished(client, created.id)
         assert (first.eval_run.status, first.summary.failed) == ("finished", 1)
@@ -331,7 +365,7 @@ def test_secrets_given_for_a_run_are_never_stored_and_a_retry_needs_them_again(s
     # Not in the database (its value was one ciphertext, wiped at the end), logs or results.
     leaked = [
         path
-        for path in server.home.rglob("*")
+        for path in host_channel_server.home.rglob("*")
         if path.is_file() and secret.encode() in path.read_bytes()
     ]
     assert leaked == []
@@ -442,31 +476,43 @@ def test_provider_errors_for_a_while_are_retried_not_recorded_as_failures(
     assert fake_model.stats().chat_completions - served >= 4 + 3
 
 
-def test_a_killed_rollout_server_is_restarted_and_the_run_resumes(server, tmp_path):
-    pid_file = tmp_path / "rollout.pid"
-    rows = [row("pass", a, 7, sleep=0.2) for a in range(2, 22)]
+# "gated" rows wait for a file: nothing past the first rows can finish before the kill.
+GATED_MAIN = SCRIPTED_MAIN.replace(
+    '        if kind == "hang":',
+    '        while kind == "gated" and not Path(os.environ["GATE_FILE"]).exists():\n'
+    "            await asyncio.sleep(0.05)\n"
+    '        if kind == "hang":',
+)
+
+
+def test_a_killed_rollout_server_is_restarted_and_the_run_resumes(host_channel_server, tmp_path):
+    pid_file, gate = tmp_path / "rollout.pid", tmp_path / "gate"
+    rows = [row("pass", a, 7) for a in range(2, 6)] + [row("gated", a, 7) for a in range(6, 22)]
     repo = workspace(
         tmp_path,
-        server,
+        host_channel_server,
         rows,
         limit=20,
         batch_size=2,
-        env={"PID_FILE": str(pid_file), "MAX_CONCURRENT": "2"},
+        main=GATED_MAIN,
+        env={"PID_FILE": str(pid_file), "GATE_FILE": str(gate), "MAX_CONCURRENT": "2"},
     )
-    with server.client() as client:
+    with host_channel_server.client() as client:
         created = submit(client, repo)
         recorded_at_least(client, created.id, 4)
         first_rollout = int(pid_file.read_text())
         os.kill(first_rollout, signal.SIGKILL)
+        gate.touch()
         detail = finished(client, created.id)
         logs = "\n".join(all_logs(client, created.id))
     assert detail.eval_run.status == "finished", logs
     assert (detail.summary.passed, detail.summary.progress.completed) == (20, 20)
-    assert "resuming it (restart 1 of 2)" in logs and "exited unexpectedly" in logs
+    assert "restarting rollout server scripted (restart 1 of 2)" in logs, logs
+    assert "exited unexpectedly" in logs
     assert int(pid_file.read_text()) != first_rollout
     keys = [
         (e["row_index"], e["run_index"])
-        for e in read_jsonl(run_dir(server, created.id) / "events.jsonl")
+        for e in read_jsonl(run_dir(host_channel_server, created.id) / "events.jsonl")
     ]
     assert sorted(keys) == [(r, 0) for r in range(20)]  # each attempt exactly once
 
@@ -484,7 +530,7 @@ def test_a_rollout_server_that_keeps_dying_fails_the_run_saying_why(server, tmp_
         attempts = client.eval_run_attempts(created.id).attempts
     assert detail.eval_run.status == "failed"
     assert detail.eval_run.error is not None
-    assert "halted 3 times" in detail.eval_run.error
+    assert "no rollout server left" in detail.eval_run.error
     assert "exited unexpectedly (code 3)" in detail.eval_run.error
     # The dying row is pending, never a zero: only the three passes are recorded.
     assert [(a.row_index, a.status, a.reward) for a in attempts] == [
@@ -495,8 +541,13 @@ def test_a_rollout_server_that_keeps_dying_fails_the_run_saying_why(server, tmp_
     assert detail.metrics is not None and detail.metrics["summary"]["total_samples"] == 3
 
 
-def test_a_killed_server_leaves_no_process_behind_and_its_run_resumes(tmp_path, fake_model):
-    server = Server.start(tmp_path / "platform", fake_model)
+def test_a_killed_server_leaves_no_process_behind_and_its_run_resumes(
+    tmp_path, fake_model, databases
+):
+    # Unsandboxed: the test kills the rollout by the host pid it writes to PID_FILE.
+    server = Server.start(
+        tmp_path / "platform", fake_model, databases=databases, OSMOSIS_SANDBOX="off"
+    )
     try:
         pid_file = tmp_path / "rollout.pid"
         rows = [row("pass", a, 7, sleep=0.3) for a in range(2, 32)]

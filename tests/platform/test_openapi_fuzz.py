@@ -8,6 +8,7 @@ not support pytest 9.)
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
@@ -21,6 +22,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow  # ~60 s per database
 def test_no_generated_request_gets_a_server_error(running_platform: RunningPlatform):
     schema = schemathesis.openapi.from_url(f"{running_platform.url}/openapi.json")
     headers = {"Authorization": f"Bearer {running_platform.admin_token}"}

@@ -86,6 +86,7 @@ def test_set_and_list_show_names_and_scopes_never_values(running_platform, share
         assert not any(value in text for value in VALUES)
 
 
+@pytest.mark.slow
 def test_list_pages_with_limit_and_all(running_platform, tmp_path):
     tree = make_repo(tmp_path)
     env = {**running_platform.env, "V": SHARED_VALUE}
@@ -214,7 +215,7 @@ def test_another_user_sees_shared_secrets_only_as_a_member_and_never_personal_on
 @pytest.mark.slow
 def test_values_appear_nowhere_in_the_log_or_the_database_files(running_platform, shared_tree):
     home = running_platform.home
-    stored = b"".join(path.read_bytes() for path in home.glob("platform.db*"))
+    stored = running_platform.databases.stored_bytes(running_platform.database_url)
     assert b"API_KEY" in stored  # the names are there: we are looking at the right files
     log = (home / "server.log").read_bytes()
     for value in VALUES:
@@ -295,9 +296,10 @@ def test_a_malformed_key_is_a_clear_error(tmp_path):
         load_secret_box(tmp_path, env={KEY_ENV: "not-a-key"})
 
 
-def test_the_server_honours_the_key_and_refuses_a_different_one(tmp_path):
+def test_the_server_honours_the_key_and_refuses_a_different_one(tmp_path, databases):
+    home = tmp_path / "home"
     settings = Settings.from_env(
-        {"OSMOSIS_HOME": str(tmp_path / "home"), KEY_ENV: Fernet.generate_key().decode()}
+        {"OSMOSIS_HOME": str(home), KEY_ENV: Fernet.generate_key().decode(), **databases.env(home)}
     )
     app = create_app(settings)
     with app.state.sessions() as db:

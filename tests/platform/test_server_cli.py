@@ -32,6 +32,7 @@ def test_status_reports_the_running_server(running_platform):
     assert status["home"] == str(running_platform.home)
     assert isinstance(status["pid"], int)
     assert (running_platform.home / "server.pid").read_text().strip() == str(status["pid"])
+    assert status["low_disk"] is False and status["disk_free_bytes"] > 0
 
 
 def test_first_start_leaves_owner_only_credentials_and_the_cli_needs_no_login(running_platform):
@@ -93,8 +94,8 @@ def test_admin_creates_a_user_whose_token_works_and_is_not_admin(running_platfor
     assert {"admin", "ada"} <= {item["name"] for item in listed["items"]}
     assert listed["total_count"] >= 2
 
-    # The SQLite files hold the token's digest, never the token itself.
-    stored = b"".join(p.read_bytes() for p in running_platform.home.glob("platform.db*"))
+    # The database holds the token's digest, never the token itself.
+    stored = running_platform.databases.stored_bytes(running_platform.database_url)
     assert token.encode() not in stored
     assert running_platform.admin_token.encode() not in stored
     import hashlib
@@ -296,8 +297,11 @@ def test_serving_plain_http_publicly_needs_the_explicit_flag(tmp_path):
     assert json.loads(result.stderr)["error"]["code"] == "VALIDATION"
 
 
-def test_start_stop_status_lifecycle(tmp_path):
-    env = clean_env(OSMOSIS_HOME=str(tmp_path / "home"), OSMOSIS_CONFIG_DIR=str(tmp_path / "c"))
+def test_start_stop_status_lifecycle(tmp_path, databases):
+    home = tmp_path / "home"
+    env = clean_env(
+        OSMOSIS_HOME=str(home), OSMOSIS_CONFIG_DIR=str(tmp_path / "c"), **databases.env(home)
+    )
     port = free_port()
     started = osmosis_json("server", "start", "--detach", "--port", str(port), env=env)
     pid = started["resource"]["pid"]
@@ -325,7 +329,7 @@ def test_start_stop_status_lifecycle(tmp_path):
         osmosis("server", "stop", env=env)
 
 
-def test_a_foreground_server_stops_cleanly_on_sigterm(tmp_path):
+def test_a_foreground_server_stops_cleanly_on_sigterm(tmp_path, databases):
     import signal
     import subprocess
     import time
@@ -334,7 +338,7 @@ def test_a_foreground_server_stops_cleanly_on_sigterm(tmp_path):
 
     home = tmp_path / "home"
     port = free_port()
-    env = clean_env(OSMOSIS_HOME=str(home))
+    env = clean_env(OSMOSIS_HOME=str(home), **databases.env(home))
     server = subprocess.Popen(
         [*CLI, "server", "start", "--port", str(port)],
         env=env,

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis._version import __version__
 from osmosis.platform.api import admin, auth, datasets, eval_runs, health, secrets, workspaces
+from osmosis.platform.body_limit import BodyLimit
 from osmosis.platform.bootstrap import bootstrap
 from osmosis.platform.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
 from osmosis.platform.datasets import recover_interrupted
@@ -26,6 +27,8 @@ from osmosis.platform.db import make_engine, make_session_factory, upgrade
 from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
 from osmosis.platform.deps import current_token
 from osmosis.platform.errors import install_error_handling
+from osmosis.platform.private_file import make_private_dir
+from osmosis.platform.request_slots import RequestSlots, pool_size, use_threads
 from osmosis.platform.scheduler import Scheduler
 from osmosis.platform.schemas import ErrorBody
 from osmosis.platform.secrets import check_key as check_secret_key
@@ -46,10 +49,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the platform application for `settings` (engine, schema, first admin, routes)."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    settings.blob_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(settings.home)
+    make_private_dir(settings.blob_dir)
     assert settings.database_url is not None  # filled in by Settings
-    engine = make_engine(settings.database_url)
+    # As many connections as requests can run at once, plus a reserve: none waits for one.
+    engine = make_engine(settings.database_url, pool_size=pool_size(settings.max_requests))
     try:
         upgrade(engine)
     except OperationalError as error:
@@ -68,6 +72,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await use_threads(settings.max_requests)  # one thread per request slot
         await scheduler.start()  # evaluation runs execute only while the server serves
         try:
             yield
@@ -87,6 +92,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.secret_box = secret_box
     app.state.scheduler = scheduler = Scheduler(sessions, settings)
     install_error_handling(app)
+    # Before any route reads a body: JSON and forms are parsed whole (uploads stream).
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # Outermost: requests beyond `max_requests` wait in line here; health never waits.
+    app.add_middleware(RequestSlots, slots=settings.max_requests, exempt={health.PATH})
 
     app.include_router(health.router)
     # Every other router is mounted behind the token check: a route added later cannot

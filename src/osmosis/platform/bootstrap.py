@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import logging
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from osmosis.platform.errors import Conflict
 from osmosis.platform.private_file import write_private_json
 from osmosis.platform.settings import Settings
 from osmosis.platform.users import count_users, create_user
@@ -24,19 +26,40 @@ def bootstrap(sessions: sessionmaker[Session], settings: Settings) -> None:
     """Create the first admin if there are no users, and keep credentials.json current."""
     with sessions() as db:
         if count_users(db) == 0:
-            new = create_user(db, name=ADMIN_NAME, email=None, is_admin=True)
+            try:
+                new = create_user(db, name=ADMIN_NAME, email=None, is_admin=True)
+            except Conflict:
+                _another_was_first()
+                return
             # The file is written before the commit: if writing fails, no admin exists whose
             # token nobody knows, and the next start tries again.
             write_private_json(
                 settings.credentials_file,
                 {"platform_url": settings.url, "token": new.issued.secret, "user": ADMIN_NAME},
             )
-            db.commit()
+            try:
+                db.commit()
+            except IntegrityError:
+                # Ours never existed, nor may a file holding its token.
+                db.rollback()
+                settings.credentials_file.unlink(missing_ok=True)
+                _another_was_first()
+                return
             logger.info(
                 "created user %r; its token is in %s", ADMIN_NAME, settings.credentials_file
             )
             return
     _refresh_url(settings)
+
+
+def _another_was_first() -> None:
+    # Another API process on this database created the first admin at the same moment (the
+    # name is unique); its token is in that process's home, not ours.
+    logger.info(
+        "another platform process created user %r first; its token is in that process's "
+        "credentials file",
+        ADMIN_NAME,
+    )
 
 
 def _refresh_url(settings: Settings) -> None:

@@ -4,6 +4,7 @@ An upload is one streamed request. Its version goes `uploading` (bytes arriving)
 `processing` (all bytes received, size and SHA-256 verified, blob stored) → `uploaded` (the
 server-side validation passed) or `error` (see `dataset_logs`). Versions are never changed once
 `uploaded`; an overwrite adds a version, so a run keeps the exact bytes it was given.
+The stored preview is bounded: `PREVIEW_ROWS` rows, each cell cut at `PREVIEW_CELL_CHARS`.
 
     version = start_upload(db, workspace=ws, user=ada, file_name="qa.jsonl", size=n,
                            sha256=digest, overwrite=False, max_bytes=settings.max_upload_bytes)
@@ -13,10 +14,13 @@ server-side validation passed) or `error` (see `dataset_logs`). Versions are nev
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +29,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from osmosis.platform.blobs import BlobMismatch, BlobStore
+from osmosis.platform.blobs import BlobMismatch, BlobStore, open_store
 from osmosis.platform.db.dataset_models import Dataset, DatasetLog, DatasetVersion
+from osmosis.platform.db.dialect import lock_rows
 from osmosis.platform.db.models import User, Workspace, utcnow
 from osmosis.platform.errors import Conflict, NotFound, PlatformError, ValidationFailed
 from osmosis.platform.schemas.datasets import MAX_LOG_PAGE, MAX_PAGE, PREVIEW_ROWS, name_problem
@@ -38,6 +43,10 @@ IN_PROGRESS = ("uploading", "processing")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 # Disk writes go to a worker thread in batches of this size, not once per network chunk.
 _WRITE_BATCH = 1 << 20
+PREVIEW_CELL_CHARS = 2_000
+"""A preview cell longer than this is cut to it and ends in `…`; a nested value whose JSON is
+longer is shown as its cut JSON text. The stored preview stays small whatever the rows hold."""
+CUT_MARK = "…"
 
 
 class PayloadTooLarge(PlatformError):
@@ -54,6 +63,13 @@ class BlobMissing(PlatformError):
 
 class UploadInterrupted(Exception):
     """The client went away before sending the whole body."""
+
+
+class BlobCorrupted(PlatformError):
+    """A blob's bytes no longer hash to what was recorded at upload: changed on disk."""
+
+    code = "INTERNAL"
+    status_code = 500
 
 
 # -- names -----------------------------------------------------------------------------------
@@ -116,7 +132,8 @@ def start_upload(
 
     A name that already holds data (a version uploaded or in progress) is a `Conflict` with
     `details.existing_dataset_id`, unless `overwrite`. A name whose every upload failed is
-    free: there is nothing to replace.
+    free: there is nothing to replace. An overwrite with the bytes (SHA-256 and format) of the
+    newest uploaded version returns that version: no new version for unchanged content.
     """
     name, kind = parse_file_name(file_name)
     if size <= 0:
@@ -130,6 +147,9 @@ def start_upload(
         raise ValidationFailed(
             "sha256 must be 64 hexadecimal characters", details={"field": "sha256"}
         )
+    # Uploads to one workspace decide one after the other: two at once could each find no
+    # `qa`/`QA` twin and both create theirs (READ COMMITTED on PostgreSQL; on SQLite too).
+    lock_rows(db, Workspace, Workspace.id == workspace.id)
     dataset = _find(db, workspace=workspace, name=name)
     if dataset is None:
         twin = _case_twin(db, workspace=workspace, name=name)
@@ -153,6 +173,15 @@ def start_upload(
                 "a new version",
                 details={"existing_dataset_id": dataset.id, "name": name},
             )
+        newest = max(live, key=lambda v: v.version, default=None)
+        if (
+            newest is not None
+            and newest.status == "uploaded"
+            and (newest.sha256, newest.format) == (sha256.lower(), kind)
+        ):
+            # The same bytes again: the newest version is the answer, and nothing is stored
+            # (`receive_upload` reads and drops the body).
+            return newest
         number = max(v.version for v in dataset.versions) + 1
     now = utcnow()
     version = DatasetVersion(
@@ -194,6 +223,10 @@ async def receive_upload(
     raise `ValidationFailed` (or `UploadInterrupted`), an invalid dataset raises
     `ValidationFailed` naming its problems. On success the version is `uploaded`.
     """
+    if version.status == "uploaded":  # an overwrite with identical bytes (`start_upload`)
+        async for _chunk in chunks:
+            pass
+        return version
     writer = await run_in_threadpool(store.writer, NAMESPACE, extension=version.format)
     expected = version.size_bytes
     received = 0
@@ -272,6 +305,13 @@ def _process(
                 "total_problems": error.total,
             },
         ) from None
+    except Exception as error:
+        # A bug of ours must not leave the version `processing` forever: it ends `error`, and
+        # the traceback reaches the server log through the 500 handler.
+        message = f"the file could not be validated: {type(error).__name__}: {error}"
+        _fail(db, version=version, step="validate", message=message[:2000])
+        _drop_blob_if_unused(db, store=store, version=version)
+        raise
     for warning in found.warnings:
         log(db, version=version, step="validate", message=warning, level="warning")
     version.rows = found.rows
@@ -300,12 +340,29 @@ def _inspect(path: Path) -> _Inspection:
     preview: list[dict[str, Any]] = []
     try:
         for record in reader:
-            preview.append(dict(record.fields or {}))
+            preview.append(
+                {key: preview_cell(value) for key, value in (record.fields or {}).items()}
+            )
             if len(preview) >= PREVIEW_ROWS:
                 break
     finally:
         reader.close()
     return _Inspection(info.rows, list(info.columns), info.mode, preview, info.warnings)
+
+
+def preview_cell(value: Any) -> Any:
+    """`value` as the stored preview keeps it: cut at `PREVIEW_CELL_CHARS` characters.
+
+    preview_cell("x" * 5000)[-3:]   # 'xx…'
+    preview_cell({"a": 1})          # {'a': 1}
+    """
+    if isinstance(value, str):
+        return value if len(value) <= PREVIEW_CELL_CHARS else value[:PREVIEW_CELL_CHARS] + CUT_MARK
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value, default=str, ensure_ascii=False)
+        if len(text) > PREVIEW_CELL_CHARS:
+            return text[:PREVIEW_CELL_CHARS] + CUT_MARK
+    return value
 
 
 def _drop_blob_if_unused(db: Session, *, store: BlobStore, version: DatasetVersion) -> None:
@@ -415,6 +472,44 @@ def version_path(settings: Settings, version: DatasetVersion) -> Path:
     return version_path_in(BlobStore(settings.blob_dir), version)
 
 
+def copy_for_run(settings: Settings, version: DatasetVersion, dest: Path) -> Path:
+    """A private, read-only copy of `version`'s bytes at `dest`, verified against its SHA-256.
+
+    A run never gets the blob itself (nor a hard link, which shares its inode): whatever the
+    rollout does to its file, the content-addressed blob every other run reads stays as it
+    was. A copy whose bytes do not hash to the recorded SHA-256 is deleted and raises
+    `BlobCorrupted` naming both hashes: the blob was changed on disk, and no run may use it.
+
+        path = copy_for_run(settings, version, inputs / "multiply.jsonl")
+    """
+    blob = version_path(settings, version)
+    name = f"dataset {version.dataset.name} version {version.version}"
+    dest.unlink(missing_ok=True)
+    digest = hashlib.sha256()
+    try:
+        source = blob.open("rb")
+    except FileNotFoundError:
+        raise BlobMissing(
+            f"the stored content of {name} is missing ({blob})", details={"sha256": version.sha256}
+        ) from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with source, os.fdopen(os.open(dest, flags, 0o600), "wb") as target:
+        while chunk := source.read(_WRITE_BATCH):
+            digest.update(chunk)
+            target.write(chunk)
+    found = digest.hexdigest()
+    if found != version.sha256:
+        dest.unlink(missing_ok=True)
+        raise BlobCorrupted(
+            f"the stored content of {name} has SHA-256 {found}, not the {version.sha256} "
+            f"recorded when it was uploaded: {blob} was changed on disk, so no run may use "
+            "it; upload the dataset again (an operator should find out what wrote to the blob)",
+            details={"sha256": version.sha256, "found_sha256": found, "path": str(blob)},
+        )
+    dest.chmod(0o400)  # read-only: a careless write fails instead of changing the run's rows
+    return dest
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of datasets, each with its newest version and its number of versions."""
@@ -494,18 +589,37 @@ def dataset_logs(db: Session, *, dataset: Dataset, limit: int, cursor: str | Non
 
 
 # -- start-up ----------------------------------------------------------------------------------
+ABANDONED_UPLOAD_S = 3600.0
+"""With other platform processes alive, how long an unfinished upload must have been untouched
+before a starting server fails it."""
+
+
+def _other_servers_alive(db: Session, settings: Settings) -> bool:
+    """Whether another API process (role api or all) is alive on this database: one that
+    stopped, or died on this machine, does not count."""
+    from osmosis.platform.processes import db_now, dead_here, live_processes
+
+    dead = set(dead_here(db))
+    live = live_processes(db, now=db_now(db), within_s=settings.lease_s)
+    return any(p.role in ("api", "all") and p.id not in dead for p in live)
+
+
 def recover_interrupted(sessions: sessionmaker[Session], settings: Settings) -> int:
     """Fail every version a previous server left `uploading` or `processing`.
 
     Such an upload can never finish (its request died with the server), and its partial bytes
     are swept. Returns how many versions were failed.
     """
-    store = BlobStore(settings.blob_dir)
+    store = open_store(settings)  # shared: other machines' uploads in progress are spared
     store.remove_partials(NAMESPACE)
     with sessions() as db:
-        stuck = list(
-            db.scalars(select(DatasetVersion).where(DatasetVersion.status.in_(IN_PROGRESS)))
-        )
+        query = select(DatasetVersion).where(DatasetVersion.status.in_(IN_PROGRESS))
+        if _other_servers_alive(db, settings):
+            # Another API process may be receiving these right now: only an upload nobody
+            # touched for a while is one whose request died with its server.
+            cutoff = utcnow() - timedelta(seconds=ABANDONED_UPLOAD_S)
+            query = query.where(DatasetVersion.updated_at < cutoff)
+        stuck = list(db.scalars(query))
         for version in stuck:
             _fail(
                 db,

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from osmosis.platform import workspaces
 from osmosis.platform.db.models import ApiToken, User, Workspace
 from osmosis.platform.errors import AuthRequired, Forbidden
-from osmosis.platform.users import authenticate
+from osmosis.platform.users import check_token
 
 # Page offsets stop far beyond any real listing but well inside the databases' 64-bit
 # integers: a larger number would otherwise reach the SQL and overflow there (a 500).
@@ -38,10 +38,8 @@ def current_token(
 ) -> ApiToken:
     if credentials is None:
         raise AuthRequired("an API token is required (Authorization: Bearer osm_...)")
-    token = authenticate(db, secret=credentials.credentials)
-    if token is None:
-        raise AuthRequired("the API token is not valid or has been revoked")
-    return token
+    # Revoked, expired or of a deactivated user: refused, saying which.
+    return check_token(db, secret=credentials.credentials)
 
 
 CurrentToken = Annotated[ApiToken, Depends(current_token)]
@@ -83,9 +81,18 @@ def _git_identity(
 GitIdentity = Annotated[str, Depends(_git_identity)]
 
 
-def current_workspace(db: Db, user: CurrentUser, identity: GitIdentity) -> Workspace:
-    """The caller's workspace from `X-Osmosis-Git`, created with them as owner on first use."""
-    return workspaces.get_or_create(db, identity=identity, user=user)
+def workspace_rules(request: Request) -> workspaces.WorkspaceRules:
+    """Who may create workspaces and what may be cloned, from the app's settings."""
+    return workspaces.rules_for(request.app.state.settings)
+
+
+Rules = Annotated[workspaces.WorkspaceRules, Depends(workspace_rules)]
+
+
+def current_workspace(db: Db, user: CurrentUser, identity: GitIdentity, rules: Rules) -> Workspace:
+    """The caller's workspace from `X-Osmosis-Git`; on first use created with them as owner
+    if the creation policy and the clone allowlist let them (`workspaces.open_workspace`)."""
+    return workspaces.open_workspace(db, identity=identity, user=user, rules=rules)
 
 
 CurrentWorkspace = Annotated[Workspace, Depends(current_workspace)]
@@ -97,3 +104,11 @@ def member_workspace(db: Db, user: CurrentUser, identity: GitIdentity) -> Worksp
 
 
 MemberWorkspace = Annotated[Workspace, Depends(member_workspace)]
+
+
+def owner_workspace(db: Db, user: CurrentUser, identity: GitIdentity) -> Workspace:
+    """The workspace if the caller owns it (or is an admin): for changing its members."""
+    return workspaces.find_for_owner(db, identity=identity, user=user)
+
+
+OwnerWorkspace = Annotated[Workspace, Depends(owner_workspace)]

@@ -8,6 +8,9 @@ ordinary local run directory. Only the download layout is served:
 
     manifest = file_manifest(run_dir, types=["metrics"], rows=None)
     page = read_logs(run_dir / "logs.txt", cursor=None, limit=50)
+
+A rollout wrote the artifacts, so nothing here follows a symbolic link: a link anywhere on a
+path (or a name too long for the file system) makes that path a 404, never the link's target.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from osmosis.eval.dataset_formats import sha256_file
 from osmosis.platform.errors import NotFound, ValidationFailed
+from osmosis.platform.private_file import open_private_append
 from osmosis.platform.schemas.runs import (
     DEFAULT_FILE_TYPES,
     FILE_TYPES,
@@ -42,7 +47,15 @@ _TRAJECTORY = re.compile(r"^row_(\d+)_run_(\d+)\.json$")
 _TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?) (.*)$")
 _LEVEL = re.compile(r"^(error|warning): ", re.IGNORECASE)
 # Engine lines that mean something went wrong without ending the run.
-_ENGINE_WARNINGS = ("halting dispatch", "run incomplete", "interrupted")
+_ENGINE_WARNINGS = (
+    "halting dispatch",
+    "run incomplete",
+    "interrupted",
+    "rollout endpoint",
+    "restarting rollout server",
+    "model provider outage",
+    "warning: ",
+)
 _CHUNK = 1 << 16
 
 
@@ -179,9 +192,14 @@ def file_manifest(
         if rows is not None and row is not None and row not in rows:
             continue
         full = run_dir / path
-        stat = full.stat()
-        size = stat.st_size
-        sha256 = _sha256(str(full), size, stat.st_mtime_ns, stat.st_ino)
+        try:
+            info = full.lstat()
+        except OSError:
+            continue  # gone since it was listed
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        size = info.st_size
+        sha256 = _sha256(str(full), size, info.st_mtime_ns, info.st_ino)
         files.append(RunFile(path=path, size=size, sha256=sha256, type=kind))
         totals = by_type[kind]
         by_type[kind] = TypeTotals(files=totals.files + 1, bytes=totals.bytes + size)
@@ -195,15 +213,34 @@ def file_manifest(
 
 def layout_file(run_dir: Path, path: str) -> Path:
     """The file at layout path `path`; anything else, or absent, is `NotFound`."""
-    full = run_dir / path
-    if (
-        file_type(path) is None
-        or not full.is_file()
-        or full.is_symlink()
-        or not full.resolve().is_relative_to(run_dir.resolve())
-    ):
-        raise NotFound(f"no file {path!r} in this run", details={"path": path})
+    full = regular_file_within(run_dir, path.split("/")) if file_type(path) else None
+    if full is None:
+        shown = path if len(path) <= 200 else path[:200] + "..."
+        raise NotFound(f"no file {shown!r} in this run", details={"path": shown})
     return full
+
+
+def regular_file_within(base: Path, parts: Sequence[str]) -> Path | None:
+    """`base/parts...` when every step is a real directory (no link) and the last a regular
+    file; None otherwise, including a name too long for the file system (ENAMETOOLONG).
+
+        regular_file_within(run_dir, ["artifacts", "row_0_run_0", "out.txt"])
+    """
+    if not parts or any(part in ("", ".", "..") or "/" in part for part in parts):
+        return None
+    path = base
+    try:
+        if not stat.S_ISDIR(base.lstat().st_mode):
+            return None
+        for index, part in enumerate(parts):
+            path = path / part
+            mode = path.lstat().st_mode
+            wanted = stat.S_ISREG if index == len(parts) - 1 else stat.S_ISDIR
+            if not wanted(mode):
+                return None
+    except (OSError, ValueError):  # missing, too long, or a NUL in the name
+        return None
+    return path
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -217,11 +254,11 @@ def _sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
 # -- logs ---------------------------------------------------------------------------------------
 def append_log(run_dir: Path, message: str, *, level: str = "info") -> None:
     """Add a platform line to the run's `logs.txt` (the engine writes its own lines there)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
     marker = "" if level == "info" else f"{level}: "
     lines = message.rstrip("\n").replace("\n", "\n  ")
-    with (run_dir / LOG_FILE).open("a", encoding="utf-8") as handle:
+    with open(open_private_append(run_dir / LOG_FILE), "a", encoding="utf-8") as handle:
         handle.write(f"{stamp} {PLATFORM_PREFIX}{marker}{lines}\n")
 
 

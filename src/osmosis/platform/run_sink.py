@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Float, case, cast, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.records import AttemptRecord
+from osmosis.platform.db.dialect import upsert
 from osmosis.platform.db.run_models import EvalAttempt, EvalRun
 
 FLUSH_INTERVAL_SEC = 0.25
@@ -181,9 +181,7 @@ def _upsert(db: Session, run_id: str, records: list[AttemptRecord]) -> None:
         }
         for r in latest.values()
     ]
-    dialect = db.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(EvalAttempt).values(values)
+    statement = upsert(db, EvalAttempt).values(values)
     replaced = {
         key: statement.excluded[key]
         for key in values[0]

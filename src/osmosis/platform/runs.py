@@ -5,7 +5,8 @@
     request_stop(db, run=run)
 
 A run is executed by a worker process that the scheduler starts (`osmosis.platform.scheduler`);
-nothing here runs code. The run's files live in `run_dir(settings, run.id)`.
+nothing here runs code. The run's files live in `run_dir(settings, run.id)`. A stop is a flag
+in the database: the worker process holding the run's lease reads it (`osmosis.platform.leases`).
 """
 
 from __future__ import annotations
@@ -51,11 +52,13 @@ _UNSAFE = re.compile(r"[^a-z0-9]+")
 
 
 def runs_root(settings: Settings) -> Path:
-    return settings.home / "runs"
+    """Where run directories live: in the blob store (`osmosis.platform.blobs`)."""
+    return settings.runs_dir
 
 
 def run_dir(settings: Settings, run_id: str) -> Path:
-    """`<home>/runs/<id>/`: an ordinary local run directory (see `osmosis.eval.run_dir`)."""
+    """`<runs>/<id>/`: an ordinary local run directory (see `osmosis.eval.run_dir`), in the
+    blob store every API and worker process of the platform reads and writes."""
     return runs_root(settings) / run_id
 
 
@@ -355,8 +358,9 @@ def list_runs(
 
 # -- stop and retry -------------------------------------------------------------------------
 def request_stop(db: Session, *, run: EvalRun) -> bool:
-    """Stop `run`: a pending one at once (True), a running one by flagging it for its worker
-    (False; the caller signals the worker). A finished, failed or stopped run is a Conflict."""
+    """Stop `run`: a pending one at once (True), a running one by flagging it for the worker
+    holding it, whichever process that is (False; the worker ends it `stopped`). A finished,
+    failed or stopped run is a Conflict."""
     db.refresh(run)
     if run.status in TERMINAL:
         raise Conflict(
@@ -398,6 +402,13 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
             "can be retried",
             details={"eval_run": run.name, "status": run.status},
         )
+    if "import" in json.loads(run.payload or "{}"):
+        # Uploaded from a local run: no commit or config to run here (osmosis.platform.run_upload).
+        raise Conflict(
+            f'eval run "{run.name}" was uploaded from a local run: retry it where it ran '
+            "(eval run --name NAME --retry-failed), then eval upload --replace",
+            details={"eval_run": run.name, "imported": True},
+        )
     retryable = retryable_samples(db, run=run)
     if run.status == "finished" and retryable == 0:
         raise Conflict(
@@ -426,8 +437,9 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     run.retry_failed = True
     run.stop_requested = False
     run.error = None
-    run.started_at = None
+    # `started_at` stays the first start and `duration_ms` the active time so far: the worker
+    # adds each session's share (issue 17.6).
     run.completed_at = None
-    run.duration_ms = None
+    run.claimed_by = run.heartbeat_at = run.lease_expires_at = None
     db.commit()
     return retryable

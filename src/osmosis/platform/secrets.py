@@ -13,13 +13,13 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import ColumnElement, and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from osmosis.platform.crypto import SecretBox
-from osmosis.platform.db.models import Secret, User, Workspace, utcnow
-from osmosis.platform.errors import Conflict, NotFound, ValidationFailed
+from osmosis.platform.db.dialect import upsert
+from osmosis.platform.db.models import Secret, User, Workspace, new_id, utcnow
+from osmosis.platform.errors import NotFound, ValidationFailed
 from osmosis.platform.schemas import SECRET_NAME_MAX, SECRET_NAME_PATTERN
 from osmosis.platform.workspaces import membership, not_found
 
@@ -96,26 +96,45 @@ def set_secret(
         context=_context(workspace_id=workspace.id, scope=scope, owner_id=owner_id, name=name),
     )
     now = utcnow()
-    secret = _find(db, workspace=workspace, user=user, name=name, scope=scope)
-    if secret is None:
-        secret = Secret(
-            name=name,
-            scope=scope,
-            workspace_id=workspace.id,
-            owner_id=owner_id,
-            created_at=now,
+    # One statement, so two requests setting the same name at once both succeed (the later
+    # value stays) instead of one being told to retry: INSERT … ON CONFLICT on the scope's
+    # partial unique index, on both databases.
+    insert = upsert(db, Secret).values(
+        id=new_id(),
+        name=name,
+        scope=scope,
+        workspace_id=workspace.id,
+        owner_id=owner_id,
+        ciphertext=ciphertext,
+        created_at=now,
+        updated_at=now,
+        updated_by=user.id,
+    )
+    db.execute(
+        insert.on_conflict_do_update(
+            index_elements=_UNIQUE_PER_SCOPE[scope],
+            index_where=_SCOPE_IS[scope],
+            set_={
+                "ciphertext": insert.excluded.ciphertext,
+                "updated_at": insert.excluded.updated_at,
+                "updated_by": insert.excluded.updated_by,
+            },
         )
-        db.add(secret)
-    secret.ciphertext = ciphertext
-    secret.updated_at = now
-    secret.updated_by = user.id
-    secret.updater = user
-    try:
-        db.flush()
-    except IntegrityError:  # the same name created concurrently; the caller may retry
-        db.rollback()
-        raise Conflict(f"secret {name} was changed concurrently; try again") from None
-    return secret
+    )
+    owner = Secret.owner_id == owner_id if owner_id is not None else Secret.owner_id.is_(None)
+    query = select(Secret).where(
+        Secret.workspace_id == workspace.id, Secret.scope == scope, Secret.name == name, owner
+    )
+    return db.scalars(query.execution_options(populate_existing=True)).one()
+
+
+# The partial unique indexes of models.Secret, as ON CONFLICT names them. The predicate is
+# literal SQL: PostgreSQL matches an arbiter index only on a predicate it can prove.
+_UNIQUE_PER_SCOPE = {
+    WORKSPACE: ["workspace_id", "name"],
+    USER: ["workspace_id", "owner_id", "name"],
+}
+_SCOPE_IS = {WORKSPACE: text("scope = 'workspace'"), USER: text("scope = 'user'")}
 
 
 def list_secrets(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from osmosis.platform import users
+from osmosis.platform.api.auth import created
+from osmosis.platform.db.models import utcnow
 from osmosis.platform.deps import AdminUser, Db, Offset
 from osmosis.platform.schemas import (
     TokenCreate,
@@ -15,6 +17,7 @@ from osmosis.platform.schemas import (
     TokenPublic,
     UserCreate,
     UserCreated,
+    UserDeactivated,
     UserList,
     UserPublic,
 )
@@ -22,24 +25,25 @@ from osmosis.platform.schemas import (
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 
 MAX_PAGE = 50
+UserRef = Annotated[
+    str, Path(min_length=1, max_length=320, description="The user's id (or name or email).")
+]
 
 
-def _created(issued: users.IssuedToken) -> TokenCreated:
-    token = issued.token
-    return TokenCreated(
-        id=token.id,
-        user_id=token.user_id,
-        name=token.name,
-        created_at=token.created_at,
-        token=issued.secret,
-    )
+def _ttl_days(request: Request) -> int:
+    days: int = request.app.state.settings.token_ttl_days
+    return days
 
 
 @router.post("/users", status_code=201)
-def create_user(body: UserCreate, db: Db, admin: AdminUser) -> UserCreated:
-    new = users.create_user(db, name=body.name, email=body.email, is_admin=body.is_admin)
+def create_user(body: UserCreate, db: Db, admin: AdminUser, request: Request) -> UserCreated:
+    """Create a user and their first token (it expires after OSMOSIS_TOKEN_TTL_DAYS)."""
+    expires = users.token_expiry(now=utcnow(), ttl_days=_ttl_days(request), expires_in=None)
+    new = users.create_user(
+        db, name=body.name, email=body.email, is_admin=body.is_admin, token_expires_at=expires
+    )
     db.commit()
-    return UserCreated(user=UserPublic.model_validate(new.user), token=_created(new.issued))
+    return UserCreated(user=UserPublic.model_validate(new.user), token=created(new.issued))
 
 
 @router.get("/users")
@@ -59,17 +63,44 @@ def list_users(
     )
 
 
-@router.post("/users/{user_id}/tokens", status_code=201)
-def create_token(user_id: str, body: TokenCreate, db: Db, admin: AdminUser) -> TokenCreated:
-    user = users.get_user(db, user_id=user_id)
-    issued = users.create_token(db, user=user, name=body.name)
+@router.post("/users/{user_id}/deactivate")
+def deactivate_user(user_id: UserRef, db: Db, admin: AdminUser) -> UserDeactivated:
+    """Stop the user's tokens and dashboard sessions at once; their runs and memberships
+    stay. Not yourself (so an active admin always remains)."""
+    user = users.get_user(db, user_id=user_id, by_name=True)
+    done = users.deactivate_user(db, user=user, by=admin)
     db.commit()
-    return _created(issued)
+    return UserDeactivated(
+        user=UserPublic.model_validate(done.user),
+        sessions_ended=done.sessions_ended,
+        workspaces_without_owner=done.workspaces_without_owner,
+    )
+
+
+@router.post("/users/{user_id}/reactivate")
+def reactivate_user(user_id: UserRef, db: Db, admin: AdminUser) -> UserPublic:
+    """Let the user's unrevoked, unexpired tokens work again."""
+    user = users.reactivate_user(db, user=users.get_user(db, user_id=user_id, by_name=True))
+    db.commit()
+    return UserPublic.model_validate(user)
+
+
+@router.post("/users/{user_id}/tokens", status_code=201)
+def create_token(
+    user_id: str, body: TokenCreate, db: Db, admin: AdminUser, request: Request
+) -> TokenCreated:
+    user = users.get_user(db, user_id=user_id)
+    expires = users.token_expiry(
+        now=utcnow(), ttl_days=_ttl_days(request), expires_in=body.expires_in
+    )
+    issued = users.create_token(db, user=user, name=body.name, expires_at=expires)
+    db.commit()
+    return created(issued)
 
 
 @router.get("/users/{user_id}/tokens")
 def list_tokens(user_id: str, db: Db, admin: AdminUser) -> TokenList:
-    """A user's tokens: names, dates, last use and revocation; never their secrets."""
+    """A user's tokens: names, dates, last use, expiry and revocation; never their secrets."""
     user = users.get_user(db, user_id=user_id)
     return TokenList(
         tokens=[TokenPublic.model_validate(t) for t in users.list_tokens(db, user=user)]

@@ -1,4 +1,5 @@
-"""Evaluation-run routes: submit, list, detail, logs, stop, retry, files and attempts.
+"""Evaluation-run routes: submit, list, detail, logs, stop, retry, files and attempts, and
+the import of finished local runs (`/imports`, `osmosis eval upload`).
 
 Every `{run}` is a name or an id, looked up among the caller's workspaces; a run elsewhere is a
 404 that does not say whether it exists.
@@ -7,15 +8,16 @@ Every `{run}` is a name or an id, looked up among the caller's workspaces; a run
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse
 
-from osmosis.platform import run_files, run_views, runs, workspaces
+from osmosis.platform import run_files, run_upload, run_views, runs, workspaces
 from osmosis.platform.db.run_models import TERMINAL, EvalRun
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset
-from osmosis.platform.errors import Conflict
+from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset, Rules
+from osmosis.platform.errors import Conflict, ValidationFailed
 from osmosis.platform.scheduler import Scheduler
 from osmosis.platform.schemas.runs import (
     ATTEMPT_SORTS,
@@ -30,6 +32,9 @@ from osmosis.platform.schemas.runs import (
     EvalRunRetry,
     EvalRunStop,
     FileManifest,
+    ImportFileState,
+    RunImportCreate,
+    RunImportSession,
 )
 from osmosis.platform.settings import Settings
 
@@ -74,6 +79,7 @@ def submit_eval_run(
 def list_eval_runs(
     db: Db,
     user: CurrentUser,
+    rules: Rules,
     limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = runs.MAX_PAGE,
     offset: Offset = 0,
     all: Annotated[bool, Query(description="Every workspace of the caller.")] = False,
@@ -87,7 +93,8 @@ def list_eval_runs(
                 f"send the {workspaces.GIT_HEADER} header, or all=true for every workspace",
                 details={"header": workspaces.GIT_HEADER},
             )
-        workspace = workspaces.get_or_create(db, identity=x_osmosis_git, user=user)
+        # Through the creation policy, as every workspace-scoped route (issue 13.3).
+        workspace = workspaces.open_workspace(db, identity=x_osmosis_git, user=user, rules=rules)
     page = runs.list_runs(db, user=user, workspace=workspace, limit=limit, offset=offset)
     return EvalRunList(
         eval_runs=[run_views.summary_public(run) for run in page.runs],
@@ -220,4 +227,44 @@ def eval_run_attempts(
         min_reward=min_reward,
         max_reward=max_reward,
         sort=sort,
+    )
+
+
+# -- imports of finished local runs (`osmosis eval upload`; see osmosis.platform.run_upload) --
+@router.post("/imports")
+def start_run_import(
+    body: RunImportCreate, db: Db, user: CurrentUser, workspace: CurrentWorkspace, request: Request
+) -> RunImportSession:
+    """Start, or resume, the upload of a finished local run; `pending` files are to be sent."""
+    return run_upload.start_import(
+        db, settings=_settings(request), workspace=workspace, user=user, body=body
+    )
+
+
+@router.put("/imports/{session}/files/{path:path}")
+async def upload_run_import_file(
+    session: str, path: str, db: Db, user: CurrentUser, request: Request
+) -> ImportFileState:
+    """One declared file as the raw body, checked against its declared size and SHA-256."""
+    from starlette.requests import ClientDisconnect
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in request.stream():
+                yield chunk
+        except ClientDisconnect:
+            raise ValidationFailed(f"the upload of {path} was interrupted") from None
+
+    return await run_upload.receive_file(
+        db, settings=_settings(request), user=user, session_id=session, path=path, chunks=chunks()
+    )
+
+
+@router.post("/imports/{session}/finalize")
+def finalize_run_import(
+    session: str, db: Db, user: CurrentUser, request: Request
+) -> RunImportSession:
+    """Check the complete run and store it as a finished run of the workspace."""
+    return run_upload.finalize_import(
+        db, settings=_settings(request), user=user, session_id=session
     )

@@ -1,15 +1,39 @@
-"""`/api/workspace`: the caller's workspace (named by `X-Osmosis-Git`) and its members."""
+"""Workspaces: `/api/workspaces` (create, list yours) and `/api/workspace` (the one named by
+`X-Osmosis-Git`, and its members)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from osmosis.platform import workspaces
+from fastapi import APIRouter, Path
+
+from osmosis.platform import users, workspaces
 from osmosis.platform.db.models import User, Workspace, WorkspaceMember
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace
-from osmosis.platform.schemas import MemberAdd, WorkspaceMemberPublic, WorkspacePublic
+from osmosis.platform.deps import (
+    CurrentUser,
+    CurrentWorkspace,
+    Db,
+    GitIdentity,
+    OwnerWorkspace,
+    Rules,
+)
+from osmosis.platform.errors import Forbidden
+from osmosis.platform.schemas import (
+    MemberAdd,
+    MemberUpdate,
+    WorkspaceCreate,
+    WorkspaceList,
+    WorkspaceMemberPublic,
+    WorkspacePublic,
+    WorkspaceSummary,
+    WorkspaceUpdate,
+)
 
-router = APIRouter(prefix="/api/workspace", tags=["workspaces"])
+router = APIRouter(tags=["workspaces"])
+
+MemberRef = Annotated[
+    str, Path(min_length=1, max_length=320, description="The member's user id, name or email.")
+]
 
 
 def _member(member: WorkspaceMember) -> WorkspaceMemberPublic:
@@ -19,6 +43,7 @@ def _member(member: WorkspaceMember) -> WorkspaceMemberPublic:
         email=member.user.email,
         role=member.role,
         added_at=member.created_at,
+        active=member.user.is_active,
     )
 
 
@@ -30,22 +55,99 @@ def _public(db: Db, workspace: Workspace, user: User) -> WorkspacePublic:
         identity=workspace.identity,
         created_at=workspace.created_at,
         created_by=creator.name if creator else None,
-        role=next(m.role for m in members if m.user_id == user.id),
+        role=next((m.role for m in members if m.user_id == user.id), None),
         members=[_member(m) for m in members],
+        sandbox_network=workspace.sandbox_network,
     )
 
 
-@router.get("")
-def get_workspace(db: Db, user: CurrentUser, workspace: CurrentWorkspace) -> WorkspacePublic:
-    """The workspace with its members; the first request for an identity creates it."""
+@router.post("/api/workspaces", status_code=201)
+def create_workspace(
+    body: WorkspaceCreate, db: Db, user: CurrentUser, rules: Rules
+) -> WorkspacePublic:
+    """Create a workspace for an origin (OSMOSIS_WORKSPACE_CREATION says who may); an admin
+    may name its owner."""
+    owner = None
+    if body.owner and body.owner not in {user.id, user.name, user.email}:
+        if not user.is_admin:  # refused before any lookup: says nothing about that user
+            raise Forbidden("only an admin creates a workspace for another user")
+        owner = users.get_user(db, user_id=body.owner, by_name=True)
+    workspace = workspaces.create_workspace(
+        db, identity=body.identity, user=user, rules=rules, owner=owner
+    )
     return _public(db, workspace, user)
 
 
-@router.post("/members", status_code=201)
-def add_member(
-    body: MemberAdd, db: Db, user: CurrentUser, workspace: MemberWorkspace
+@router.get("/api/workspaces")
+def list_workspaces(db: Db, user: CurrentUser) -> WorkspaceList:
+    """The workspaces you belong to, with your role in each."""
+    return WorkspaceList(
+        workspaces=[
+            WorkspaceSummary(
+                id=ws.id, identity=ws.identity, role=role, created_at=ws.created_at, members=n
+            )
+            for ws, role, n in workspaces.for_user(db, user=user)
+        ]
+    )
+
+
+@router.get("/api/workspace")
+def get_workspace(db: Db, user: CurrentUser, workspace: CurrentWorkspace) -> WorkspacePublic:
+    """The workspace with its members; an admin's first request for an identity creates it
+    (any user's, with OSMOSIS_WORKSPACE_CREATION=open)."""
+    return _public(db, workspace, user)
+
+
+@router.patch("/api/workspace")
+def update_workspace(
+    body: WorkspaceUpdate, db: Db, user: CurrentUser, workspace: OwnerWorkspace
 ) -> WorkspacePublic:
-    """Add an existing user (by id or email); any member may add one."""
-    workspaces.add_member(db, workspace=workspace, user_id=body.user_id, email=body.email)
+    """Set what this workspace's sandboxed rollouts may reach (`full`: the internet too, never
+    the host's loopback). Admins only: it widens what every member's code reaches."""
+    if not user.is_admin:
+        raise Forbidden("only an admin changes a workspace's sandbox network")
+    workspaces.set_sandbox_network(db, workspace=workspace, network=body.sandbox_network)
     db.commit()
     return _public(db, workspace, user)
+
+
+@router.post("/api/workspace/members", status_code=201)
+def add_member(
+    body: MemberAdd, db: Db, user: CurrentUser, workspace: OwnerWorkspace
+) -> WorkspacePublic:
+    """Add an existing user (by id or email) as a member or an owner; owners only, so no one
+    else learns whether an address is registered."""
+    workspaces.add_member(
+        db, workspace=workspace, user_id=body.user_id, email=body.email, role=body.role
+    )
+    db.commit()
+    return _public(db, workspace, user)
+
+
+@router.patch("/api/workspace/members/{member}")
+def update_member(
+    member: MemberRef, body: MemberUpdate, db: Db, user: CurrentUser, workspace: OwnerWorkspace
+) -> WorkspacePublic:
+    """Change a member's role; owners only, and the last active owner stays one."""
+    found = workspaces.find_member(db, workspace=workspace, ref=member)
+    workspaces.set_role(db, workspace=workspace, member=found, role=body.role)
+    db.commit()
+    return _public(db, workspace, user)
+
+
+@router.delete("/api/workspace/members/{member}")
+def remove_member(
+    member: MemberRef, db: Db, user: CurrentUser, identity: GitIdentity
+) -> WorkspaceMemberPublic:
+    """Remove a member (owners only), or leave the workspace yourself; the last active owner
+    stays. Their runs stay in the workspace."""
+    leaving = member in {user.id, user.name, user.email}
+    if leaving:
+        workspace = workspaces.find_for_member(db, identity=identity, user=user)
+    else:
+        workspace = workspaces.find_for_owner(db, identity=identity, user=user)
+    found = workspaces.find_member(db, workspace=workspace, ref=member)
+    removed = _member(found)
+    workspaces.remove_member(db, workspace=workspace, member=found)
+    db.commit()
+    return removed

@@ -1,8 +1,8 @@
 """The platform's database: models, engine set-up and Alembic migrations."""
 
-# Imported for their side effect: the dataset, eval-run and dashboard-session tables join
-# Base.metadata.
-from osmosis.platform.db import dataset_models, run_models, web_models  # noqa: F401
+# Imported for their side effect: the dataset, eval-run, process and dashboard-session tables
+# join Base.metadata.
+from osmosis.platform.db import dataset_models, process_models, run_models, web_models  # noqa: F401
 from osmosis.platform.db.engine import make_engine, make_session_factory
 from osmosis.platform.db.migrate import upgrade
 from osmosis.platform.db.models import ApiToken, Base, User

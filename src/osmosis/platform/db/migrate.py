@@ -33,6 +33,19 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
+def downgrade(engine: Engine, revision: str) -> None:
+    """Migrate the database behind `engine` down to `revision` ("base": no tables left).
+
+    For developers and tests: the server only ever upgrades.
+    """
+    from alembic import command
+
+    config = _config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
 def head_revision() -> str:
     """The newest revision the package ships."""
     from alembic.script import ScriptDirectory
@@ -40,6 +53,21 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return str(head)
+
+
+def heads() -> list[str]:
+    """Every head of the shipped history (more than one: two revisions share a parent)."""
+    from alembic.script import ScriptDirectory
+
+    return sorted(ScriptDirectory.from_config(_config()).get_heads())
+
+
+def revisions() -> list[str]:
+    """The shipped revisions, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_config())
+    return [revision.revision for revision in reversed(list(script.walk_revisions()))]
 
 
 def current_revision(engine: Engine) -> str | None:

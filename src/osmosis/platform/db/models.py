@@ -66,7 +66,11 @@ class Base(DeclarativeBase):
 
 
 class User(Base):
-    """A person or service account that holds API tokens."""
+    """A person or service account that holds API tokens.
+
+    A deactivated user (`deactivated_at` set) keeps their rows, runs and memberships, but no
+    token of theirs authenticates until an admin reactivates them.
+    """
 
     __tablename__ = "users"
 
@@ -75,6 +79,11 @@ class User(Base):
     email: Mapped[str | None] = mapped_column(String(320), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    deactivated_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    @property
+    def is_active(self) -> bool:
+        return self.deactivated_at is None
 
     tokens: Mapped[list[ApiToken]] = relationship(
         back_populates="user", cascade="all, delete-orphan", passive_deletes=True
@@ -95,8 +104,18 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     user: Mapped[User] = relationship(back_populates="tokens")
+
+    def is_usable(self, now: datetime) -> bool:
+        """Whether requests with this token are served at `now`: not revoked, not expired,
+        its user not deactivated. Dashboard sessions ask the same question."""
+        return (
+            self.revoked_at is None
+            and (self.expires_at is None or now < self.expires_at)
+            and self.user.is_active
+        )
 
 
 class Workspace(Base):
@@ -110,6 +129,8 @@ class Workspace(Base):
         String(32), ForeignKey("users.id", ondelete="SET NULL")
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    sandbox_network: Mapped[str | None] = mapped_column(String(16), default=None)
+    """This workspace's sandbox network (`bridge` | `full`); None: `OSMOSIS_SANDBOX_NETWORK`."""
 
     members: Mapped[list[WorkspaceMember]] = relationship(
         back_populates="workspace", cascade="all, delete-orphan", passive_deletes=True
@@ -117,7 +138,8 @@ class Workspace(Base):
 
 
 class WorkspaceMember(Base):
-    """A user's membership of a workspace; `role` is "owner" (its creator) or "member"."""
+    """A user's membership of a workspace; `role` is "owner" (adds, removes and changes
+    members) or "member"."""
 
     __tablename__ = "workspace_members"
 

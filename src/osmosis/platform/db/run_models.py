@@ -98,6 +98,15 @@ class EvalRun(Base):
     retry_failed: Mapped[bool] = mapped_column(Boolean, default=False)
     worker_pid: Mapped[int | None] = mapped_column(Integer)
 
+    # The lease of the worker process executing the run (`osmosis.platform.leases`): who
+    # holds it (a `platform_processes` id), when it was last renewed and when it runs out.
+    # `lease_epoch` counts the claims: the holder's every write names it, so a worker that
+    # lost its lease cannot end a run another worker has taken over.
+    claimed_by: Mapped[str | None] = mapped_column(String(32))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+
     workspace: Mapped[Workspace] = relationship()
     creator: Mapped[User | None] = relationship(foreign_keys=[created_by])
 

@@ -26,8 +26,9 @@ Email = Annotated[
     Field(
         min_length=3,
         max_length=320,
-        pattern=r"^[^@\s]+@[^@\s]+$",
-        description="An email address: name@domain, no spaces.",
+        # No control characters either: NUL cannot be stored in PostgreSQL text.
+        pattern=r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$",
+        description="An email address: name@domain, no spaces or control characters.",
         examples=["ada@example.com"],
     ),
 ]
@@ -42,9 +43,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class DiskPublic(_Model):
+    free_bytes: int = Field(description="Free bytes on the disk that holds the platform's home.")
+    total_bytes: int
+    min_free_bytes: int = Field(description="OSMOSIS_MIN_FREE_DISK_BYTES: no run starts below.")
+
+
+class ComponentHealth(_Model):
+    ok: bool | None = Field(description="Answered just now; null: not checked yet.")
+    latency_ms: float | None = None
+    checked_s_ago: float | None = Field(default=None, description="Age of this answer.")
+    error: str | None = None
+    detail: dict[str, str] = Field(default_factory=dict)
+
+
 class Health(_Model):
-    status: str = "ok"
+    status: str = Field(
+        default="ok",
+        description="ok, or degraded (HTTP 503) when the database or the blob store does not "
+        "answer.",
+    )
     version: str
+    role: str = Field(default="all", description="OSMOSIS_ROLE of the process answering.")
+    low_disk: bool = Field(
+        default=False, description="The home's disk is below OSMOSIS_MIN_FREE_DISK_BYTES."
+    )
+    disk: DiskPublic | None = None
+    database: ComponentHealth | None = None
+    blob_store: ComponentHealth | None = None
 
 
 class UserCreate(_Strict):
@@ -59,10 +85,32 @@ class UserPublic(_Model):
     email: str | None
     is_admin: bool
     created_at: datetime
+    deactivated_at: datetime | None = Field(
+        default=None, description="Set while the user is deactivated: no token of theirs works."
+    )
+
+
+class UserDeactivated(_Model):
+    """`POST /api/admin/users/{user}/deactivate`: the user, and what the change ended."""
+
+    user: UserPublic
+    sessions_ended: int
+    workspaces_without_owner: list[str] = Field(
+        description="Workspaces this user owned that now have no active owner."
+    )
+
+
+# Seconds, or "never"; omitted: the server's OSMOSIS_TOKEN_TTL_DAYS.
+TokenLifetime = Annotated[int, Field(gt=0, le=100 * 365 * 86400)] | Literal["never"]
 
 
 class TokenCreate(_Strict):
     name: Name = "default"
+    expires_in: TokenLifetime | None = Field(
+        default=None,
+        description="Seconds until the token expires, or 'never'; default: the server's "
+        "OSMOSIS_TOKEN_TTL_DAYS. A token never outlives the token that creates it for itself.",
+    )
 
 
 class TokenPublic(_Model):
@@ -73,6 +121,7 @@ class TokenPublic(_Model):
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    expires_at: datetime | None = None
 
 
 class TokenList(_Model):
@@ -88,6 +137,7 @@ class TokenCreated(_Model):
     user_id: str
     name: str
     created_at: datetime
+    expires_at: datetime | None = None
     token: str
 
 
@@ -128,12 +178,16 @@ SecretScopeIn = Literal["personal", "user", "workspace"]
 SecretScope = Literal["user", "workspace"]
 
 
+MemberRole = Literal["owner", "member"]
+
+
 class WorkspaceMemberPublic(_Model):
     user_id: str
     name: str
     email: str | None
     role: str
     added_at: datetime
+    active: bool = True
 
 
 class WorkspacePublic(_Model):
@@ -143,15 +197,59 @@ class WorkspacePublic(_Model):
     identity: str
     created_at: datetime
     created_by: str | None
-    role: str
+    role: str | None = Field(
+        description="The caller's role; null for an admin who is not a member."
+    )
     members: list[WorkspaceMemberPublic]
+    sandbox_network: Literal["bridge", "full"] | None = Field(
+        default=None,
+        description="What this workspace's sandboxed rollouts may reach beyond the model "
+        "bridge; null: the platform's OSMOSIS_SANDBOX_NETWORK.",
+    )
+
+
+class WorkspaceUpdate(_Strict):
+    """`PATCH /api/workspace` (admins only): `sandbox_network` bridge | full, or null for the
+    platform's default (also when absent)."""
+
+    sandbox_network: Literal["bridge", "full"] | None = None
+
+
+class WorkspaceCreate(_Strict):
+    """`POST /api/workspaces`: a workspace for a git origin's identity (or URL)."""
+
+    identity: str = Field(min_length=1, max_length=4096, examples=["acme/evals"])
+    owner: str | None = Field(
+        default=None,
+        max_length=320,
+        description="Admins only: the owning user's id, name or email (default: the caller).",
+    )
+
+
+class WorkspaceSummary(_Model):
+    id: str
+    identity: str
+    role: str
+    created_at: datetime
+    members: int
+
+
+class WorkspaceList(_Model):
+    """The caller's workspaces, by identity."""
+
+    workspaces: list[WorkspaceSummary]
+
+
+class MemberUpdate(_Strict):
+    role: MemberRole
 
 
 class MemberAdd(_Strict):
-    """Add an existing user by id or email (exactly one)."""
+    """Add an existing user by id or email (exactly one); owners (and admins) only."""
 
     user_id: str | None = Field(default=None, max_length=32)
     email: Email | None = None
+    role: MemberRole = "member"
 
     @model_validator(mode="after")
     def _exactly_one(self) -> MemberAdd:

@@ -30,11 +30,21 @@ SHA256_HEADER = "X-Osmosis-Sha256"
 VERSION_HEADER = "X-Osmosis-Dataset-Version"
 
 
+# Characters Windows refuses in file names, and look-alikes of / and \ that a page or a shell
+# could show as a directory separator.
+_FORBIDDEN = frozenset(':*?"<>|') | frozenset("\uff0f\uff3c\u2215\u2044\u29f8\u29f9\u2216")
+# Device names Windows reserves, with any extension: `CON.jsonl` cannot be created there.
+_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+)
+
+
 def name_problem(name: str) -> str | None:
     """Why `name` cannot be a dataset name, or None when it can.
 
-    A name is a file stem and becomes part of file names on both ends, so nothing that could
-    climb out of a directory is allowed.
+    A name is a file stem and becomes part of file names on both ends (downloads, `data/`
+    on Linux, macOS and Windows), so nothing that could climb out of a directory, look like a
+    separator, or be refused by one of those systems is allowed.
 
     >>> name_problem(".env")
     'a dataset name cannot start with a dot'
@@ -49,6 +59,19 @@ def name_problem(name: str) -> str | None:
         return "a dataset name cannot start with a dot"
     if len(name) > NAME_MAX:
         return f"a dataset name has at most {NAME_MAX} characters"
+    if name != name.strip() or name.endswith("."):
+        return "a dataset name cannot start or end with a space, or end with a dot"
+    if found := sorted(set(name) & _FORBIDDEN):
+        return (
+            f'a dataset name cannot contain {" ".join(found)} (Windows refuses : * ? " < > |, '
+            "and a look-alike of / or \\ such as the full-width \uff0f \uff3c would pass "
+            "for a separator)"
+        )
+    if name.split(".")[0].upper() in _RESERVED:
+        return (
+            f"a dataset name cannot be {name.split('.')[0]!r}: CON, PRN, AUX, NUL, COM0-9 and "
+            "LPT0-9 are device names on Windows"
+        )
     return None
 
 

@@ -258,6 +258,59 @@ class AttemptList(_Model):
     next_offset: int | None
 
 
+# -- imports of local runs (`eval upload`) ----------------------------------------------------
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256, lowercase hex.")]
+ImportStatus = Literal["uploading", "finalized"]
+
+
+class ImportFileIn(_Strict):
+    """One file of a local run directory, as the upload declares it."""
+
+    path: str = Field(min_length=1, max_length=1024, examples=["trajectories/row_0_run_0.json"])
+    size: int = Field(ge=0)
+    sha256: Sha256
+
+
+class ImportRunIn(BaseModel):
+    """The run as the reference's import names it; only `name` is read (the files decide the
+    rest, and are checked), other reference keys are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=255)
+
+
+class RunImportCreate(_Strict):
+    """`POST /api/eval-runs/imports`: start (or resume) the upload of a finished local run."""
+
+    schema_version: Literal[1] = 1
+    local_run_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    manifest_digest: Sha256
+    run: ImportRunIn
+    files: list[ImportFileIn] = Field(min_length=1, max_length=200_000)
+    reimport: bool = False
+    """Replace the results of the run this local run was uploaded as (`--replace`)."""
+
+
+class ImportFileState(_Model):
+    path: str
+    size: int
+    sha256: str
+    state: Literal["pending", "uploaded"]
+
+
+class RunImportSession(_Model):
+    """Where an upload stands: files still `pending` are the ones to send."""
+
+    session_id: str
+    status: ImportStatus
+    expected_files: int
+    uploaded_files: int
+    files: list[ImportFileState]
+    eval_run_id: str | None = None
+    eval_run_name: str | None = None
+
+
 __all__ = [
     "ATTEMPT_SORTS",
     "DEFAULT_FILE_TYPES",
@@ -282,14 +335,21 @@ __all__ = [
     "FileManifest",
     "FileTotals",
     "FileType",
+    "ImportFileIn",
+    "ImportFileState",
+    "ImportRunIn",
+    "ImportStatus",
     "RepositoryRef",
     "RunDetailSummary",
     "RunFile",
+    "RunImportCreate",
+    "RunImportSession",
     "RunLogEntry",
     "RunProgress",
     "RunSecrets",
     "RunStatus",
     "RunSummary",
     "SecretSource",
+    "Sha256",
     "TypeTotals",
 ]
