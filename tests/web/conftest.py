@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,8 +16,13 @@ import pytest
 from osmosis.platform import Settings, create_app
 from osmosis.platform.db.models import User, Workspace
 from osmosis.platform.users import create_user
+from osmosis.testing import FakeModelServer
+from tests.e2e.conftest import model_env
+from tests.platform import conftest as platform_worlds
 from tests.platform.conftest import clean_env, free_port, osmosis
+from tests.platform.databases import Databases
 from tests.web import seed
+from tests.web.local_world import RUNS, Viewer, eval_run, make_view_workspace
 from tests.web.seed import XSS, XSS_FILE, Attempt, RunSpec
 
 # Runs A ("base") and B ("candidate") on dataset "math", two attempts per row:
@@ -45,6 +51,11 @@ MALFORMED_TRAJECTORY = {
     "extra": {"osmosis": {"label": {"nested": [1, 2]}, "sample_metrics": "not a mapping"}},
 }
 LONG_STEPS = 250  # more than a page of steps
+# The math dataset's file: the samples pages show each row's prompt from it.
+MATH_ROWS = [
+    {"user_prompt": f"What is {i} * 7? {XSS}", "ground_truth": str(i * 7)} for i in range(6)
+]
+ALL_FAILED = "all-broken"  # a finished run whose every attempt failed
 
 
 def _attempts(rewards: dict[int, list[float | None]]) -> list[Attempt]:
@@ -52,7 +63,16 @@ def _attempts(rewards: dict[int, list[float | None]]) -> list[Attempt]:
     for row, values in rewards.items():
         for k, reward in enumerate(values):
             if reward is None:
-                out.append(Attempt(row, k, status="failed", reward=None, error_type="timeout"))
+                out.append(
+                    Attempt(
+                        row,
+                        k,
+                        status="failed",
+                        reward=None,
+                        error_type="timeout",
+                        error_message=f"workflow exceeded its 450s deadline ({XSS})",
+                    )
+                )
             else:
                 out.append(Attempt(row, k, reward=float(reward), tokens=20 + row + k))
     return out
@@ -93,11 +113,19 @@ class World:
         return httpx.get(self.url + path, headers=headers, timeout=30)
 
 
-FILLER = 28  # with base and candidate: 30 runs, two pages of 25
+# The platform's database fixtures, so these worlds run on SQLite and on PostgreSQL too.
+pytest_generate_tests = platform_worlds.pytest_generate_tests
+database_kind = platform_worlds.database_kind
+postgres = platform_worlds.postgres
+databases = platform_worlds.databases
+module_databases = platform_worlds.module_databases
+
+FILLER = 28  # with base, candidate and all-broken: 31 runs, two pages of 25
 
 
-def _seed(home: Path) -> tuple[str, list[Seeded], str, str]:
-    app = create_app(Settings(home=home))
+def _seed(settings: Settings) -> tuple[str, list[Seeded], str, str]:
+    home = settings.home
+    app = create_app(settings)
     try:
         with app.state.sessions() as db:
             admin = db.query(User).filter(User.is_admin.is_(True)).one()
@@ -111,6 +139,7 @@ def _seed(home: Path) -> tuple[str, list[Seeded], str, str]:
                 user=admin,
                 name="math",
                 rows=[{"user_prompt": f"6*7 {XSS}", "ground_truth": "42"}],
+                blob=(home, MATH_ROWS),
             )
             specs: list[tuple[RunSpec, Workspace]] = []
             for i in range(FILLER):
@@ -132,11 +161,24 @@ def _seed(home: Path) -> tuple[str, list[Seeded], str, str]:
             specs.append(
                 (
                     RunSpec(
+                        name=ALL_FAILED,
+                        attempts=_attempts({0: [None, None], 1: [None, None]}),
+                        n=2,
+                        minutes=99,
+                    ),
+                    evals,
+                )
+            )
+            specs.append(
+                (
+                    RunSpec(
                         name="candidate",
                         attempts=_attempts(_B),
                         n=2,
                         model="openai/gpt-b",
                         minutes=101,
+                        dataset_version_id=math.versions[0].id,
+                        secret_scopes={"OPENAI_API_KEY": "user", "EXTRA": "run"},
                         trajectories={
                             "row_0_run_0": seed.tool_trajectory(),
                             "row_1_run_0": MALFORMED_TRAJECTORY,
@@ -193,12 +235,16 @@ def _seed(home: Path) -> tuple[str, list[Seeded], str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, module_databases: Databases) -> Iterator[World]:
     """A seeded home served by `osmosis server start --detach` on a free loopback port."""
     root = tmp_path_factory.mktemp("dashboard")
     home = root / "home"
-    bob_token, runs, dataset_id, bob_dataset_id = _seed(home)
-    env = clean_env(OSMOSIS_HOME=str(home), OSMOSIS_CONFIG_DIR=str(root / "config"))
+    bob_token, runs, dataset_id, bob_dataset_id = _seed(module_databases.settings(home))
+    env = clean_env(
+        OSMOSIS_HOME=str(home),
+        OSMOSIS_CONFIG_DIR=str(root / "config"),
+        **module_databases.env(home),
+    )
     port = free_port()
     started = osmosis("server", "start", "--detach", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr + started.stdout
@@ -265,3 +311,49 @@ def sign_in(page: object, url: str, token: str) -> None:
 
 def login(page: object, world: World, token: str | None = None) -> None:
     sign_in(page, world.url, token or world.admin_token)
+
+
+def follow(page: Any, selector: str) -> None:
+    """Click a link and wait for the page it opens to load. A bare click returns once the
+    navigation has started, and a DOM read right after it (`count()`, `evaluate_all`, which
+    do not wait for elements) can see a document still being parsed."""
+    with page.expect_navigation():
+        page.click(selector)
+
+
+# -- local runs under `osmosis eval view` --------------------------------------------------------
+@dataclass
+class LocalWorld:
+    """Runs `osmosis eval run` wrote (see local_world.py), served by `osmosis eval view`."""
+
+    evals: Path
+    config: Path
+    env: dict[str, str]
+    viewer: Viewer
+
+    @property
+    def url(self) -> str:
+        return self.viewer.url
+
+    def run_dir(self, name: str) -> Path:
+        return self.evals / name
+
+
+@pytest.fixture(scope="session")
+def local_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorld]:
+    root = tmp_path_factory.mktemp("view")
+    config = make_view_workspace(root / "ws")
+    evals = root / "ws" / ".osmosis" / "evals"
+    with FakeModelServer() as model:
+        env = model_env(model)
+        started = [
+            eval_run(config, name, variant, env, wait=False) for name, variant in RUNS.items()
+        ]
+        for process in started:
+            output, _ = process.communicate(timeout=300)
+            assert process.returncode == 0, output
+        viewer = Viewer.start(evals, free_port(), env)
+        try:
+            yield LocalWorld(evals=evals, config=config, env=env, viewer=viewer)
+        finally:
+            viewer.stop()

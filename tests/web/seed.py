@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from osmosis.eval.metrics import summarize
+from osmosis.eval.records import AttemptRecord, journal_entry
+from osmosis.platform import Settings, datasets
 from osmosis.platform.db.dataset_models import Dataset, DatasetVersion
 from osmosis.platform.db.models import User, Workspace, WorkspaceMember, new_id
 from osmosis.platform.db.run_models import EvalAttempt, EvalRun
@@ -38,6 +40,8 @@ class Attempt:
     duration_ms: float = 1200.0
     error_type: str | None = None
     cost_usd: float | None = 0.001
+    error_message: str | None = None
+    source_row_index: int | None = None  # the row's place in the dataset file; default row_index
 
     @property
     def name(self) -> str:
@@ -58,6 +62,8 @@ class RunSpec:
     trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
     artifacts: dict[str, dict[str, bytes]] = field(default_factory=dict)
     logs: str = ""
+    dataset_version_id: str | None = None
+    secret_scopes: dict[str, str] = field(default_factory=lambda: {"OPENAI_API_KEY": "workspace"})
 
 
 def workspace(db: Session, *, identity: str, owner: User) -> Workspace:
@@ -68,7 +74,17 @@ def workspace(db: Session, *, identity: str, owner: User) -> Workspace:
     return ws
 
 
-def dataset(db: Session, *, ws: Workspace, user: User, name: str, rows: list[dict]) -> Dataset:
+def dataset(
+    db: Session,
+    *,
+    ws: Workspace,
+    user: User,
+    name: str,
+    rows: list[dict],
+    blob: tuple[Path, list[dict]] | None = None,
+) -> Dataset:
+    """A dataset of one version whose preview is `rows`; `blob` (home, rows) also writes the
+    version's file, as an upload stores it, for pages that read a run's rows."""
     data = Dataset(workspace_id=ws.id, name=name, created_by=user.id, created_at=T0)
     db.add(data)
     db.flush()
@@ -92,7 +108,17 @@ def dataset(db: Session, *, ws: Workspace, user: User, name: str, rows: list[dic
         )
     )
     db.flush()
+    if blob is not None:
+        home, stored = blob
+        path = datasets.version_path(Settings(home=home), data.versions[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(row) + "\n" for row in stored))
     return data
+
+
+def _index_line(attempt: Attempt) -> dict[str, Any]:
+    # summary.jsonl has the reference's index fields only (no source row).
+    return {k: v for k, v in attempt.__dict__.items() if k != "source_row_index"}
 
 
 def seed_run(db: Session, home: Path, *, spec: RunSpec, ws: Workspace, user: User) -> EvalRun:
@@ -124,22 +150,24 @@ def seed_run(db: Session, home: Path, *, spec: RunSpec, ws: Workspace, user: Use
         entrypoint="main.py",
         model_path=spec.model,
         dataset_name=spec.dataset,
+        dataset_version_id=spec.dataset_version_id,
         origin_url="file:///nowhere.git",
         commit_sha="0123456789abcdef0123456789abcdef01234567",
         branch="main",
-        secret_scopes=json.dumps({"OPENAI_API_KEY": "workspace"}),
+        secret_scopes=json.dumps(spec.secret_scopes),
         total=rows * spec.n,
         dataset_rows=rows,
         duration_ms=120_000.0 if spec.status != "running" else None,
     )
     db.add(run)
     db.flush()
+    ids = [new_id() for _ in spec.attempts]
     db.add_all(
         EvalAttempt(
             run_id=run.id,
             row_index=a.row_index,
             run_index=a.run_index,
-            rollout_id=new_id(),
+            rollout_id=rollout_id,
             status=a.status,
             reward=a.reward,
             tokens=a.tokens,
@@ -148,12 +176,34 @@ def seed_run(db: Session, home: Path, *, spec: RunSpec, ws: Workspace, user: Use
             cost_usd=a.cost_usd,
             finished_at=created + timedelta(seconds=30),
         )
-        for a in spec.attempts
+        for a, rollout_id in zip(spec.attempts, ids, strict=True)
     )
+    records = [
+        AttemptRecord(
+            row_index=a.row_index,
+            run_index=a.run_index,
+            rollout_id=rollout_id,
+            source_row_index=a.row_index if a.source_row_index is None else a.source_row_index,
+            status=a.status,  # type: ignore[arg-type]
+            # A journal line cannot hold a skipped attempt's reward (the table can).
+            reward=None if a.status == "skipped" else a.reward,
+            tokens=a.tokens,
+            duration_ms=a.duration_ms,
+            error_type=a.error_type,
+            error_message=a.error_message,
+            cost_usd=a.cost_usd,
+            finished_at=created + timedelta(seconds=30),
+        )
+        for a, rollout_id in zip(spec.attempts, ids, strict=True)
+    ]
     db.flush()
     refresh_counters(db, run_id=run.id, pass_threshold=spec.pass_threshold)
     directory = home / "runs" / run.id
     directory.mkdir(parents=True, exist_ok=True)
+    # The journal, as the engine writes it: what the samples pages read.
+    (directory / "events.jsonl").write_text(
+        "".join(json.dumps(journal_entry(record)) + "\n" for record in records)
+    )
     if spec.status != "running":
         metrics = {
             "eval_run": {"id": run.id, "name": spec.name, "status": spec.status},
@@ -162,7 +212,7 @@ def seed_run(db: Session, home: Path, *, spec: RunSpec, ws: Workspace, user: Use
         run.summary = json.dumps(metrics)
         (directory / "metrics.json").write_text(run.summary)
         (directory / "summary.jsonl").write_text(
-            "".join(json.dumps(a.__dict__) + "\n" for a in spec.attempts)
+            "".join(json.dumps(_index_line(a)) + "\n" for a in spec.attempts)
         )
     (directory / "logs.txt").write_text(
         spec.logs or "2026-11-01T12:00:05.000+00:00 [platform] run started\n"

@@ -15,7 +15,7 @@ import pytest
 from osmosis.platform.web.render import number, percent
 from osmosis.platform.web.trajectory import STEPS_PER_PAGE
 from tests.platform.conftest import osmosis
-from tests.web.conftest import LONG_STEPS, REGRESSED_ROWS, World, login
+from tests.web.conftest import ALL_FAILED, LONG_STEPS, REGRESSED_ROWS, World, follow, login
 from tests.web.seed import XSS, XSS_FILE
 
 pytestmark = pytest.mark.browser
@@ -66,22 +66,22 @@ def test_pages_redirect_to_login_and_a_token_signs_in_with_a_safe_cookie(
 def test_runs_list_filters_combine_stay_in_the_url_and_page(world: World, page, tmp_path):
     login(page, world)
     assert run_names(page) == world.matching()[:25]
-    assert page.inner_text(".pager .where") == "1\u201325 of 30"
+    assert page.inner_text(".pager .where") == f"1\u201325 of {len(world.runs)}"
     shot(page, tmp_path, "runs")
-    page.click("a[rel=next]")
+    follow(page, "a[rel=next]")
     assert run_names(page) == world.matching()[25:]
 
     page.goto(world.url + "/")
     page.select_option("select[name=status]", "finished")
     page.select_option("select[name=dataset]", "math")
-    page.click("#run-filters button[type=submit]")
+    follow(page, "#run-filters button[type=submit]")
     query = parse_qs(urlparse(page.url).query)
     assert query == {"status": ["finished"], "dataset": ["math"]}
     assert run_names(page) == world.matching(status="finished", dataset="math")
     assert "base" in run_names(page) and "candidate" in run_names(page)
 
     page.select_option("select[name=model]", "openai/gpt-b")
-    page.click("#run-filters button[type=submit]")
+    follow(page, "#run-filters button[type=submit]")
     expected = world.matching(status="finished", dataset="math", model="openai/gpt-b")
     assert run_names(page) == expected and "base" not in expected
     shot(page, tmp_path, "runs-filtered")
@@ -91,7 +91,7 @@ def test_runs_list_filters_combine_stay_in_the_url_and_page(world: World, page, 
     expected = world.matching(workspace="acme/other", rollout="beta")
     seen = run_names(page)
     while page.locator("a[rel=next]").count():
-        page.click("a[rel=next]")
+        follow(page, "a[rel=next]")
         query = parse_qs(urlparse(page.url).query)
         assert query["workspace"] == ["acme/other"] and query["rollout"] == ["beta"]
         seen += run_names(page)
@@ -142,9 +142,9 @@ def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, nam
         f"median {number(stats['median'])}, max {number(stats['max'])}"
     )
     ci = metrics["confidence_intervals"]["pass_rate"]
-    assert f"CI {percent(ci['low'])} \u2013 {percent(ci['high'])}" in page.inner_text(
-        "#pass-rate-ci"
-    )
+    shown_ci = page.inner_text("#pass-rate-ci")
+    assert f"CI {percent(ci['low'])} \u2013 {percent(ci['high'])}" in shown_ci
+    assert ci["method"].replace("_", " ") in shown_ci  # the interval says how it was made
     assert page.inner_text("#cost") == f"${detail['cost_usd']:.4f}"
     errors = page.locator("#errors tbody tr").all_inner_texts()
     assert [e.split("\t") for e in errors] == [
@@ -162,6 +162,9 @@ def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, nam
     assert page.inner_text("#progress").startswith(
         f"{summary['progress']['completed']}/{summary['progress']['total']} samples"
     )
+    # A personal secret is called so (the API's wire value is `user`).
+    scopes = {"base": "OPENAI_API_KEY (workspace)", "candidate": "OPENAI_API_KEY (personal)"}
+    assert scopes[name] in page.inner_text("#configuration")
     # Downloads are the API's bytes.
     with page.expect_download() as download:
         page.click("#downloads >> text=metrics.json")
@@ -169,34 +172,37 @@ def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, nam
     assert saved == world.api(f"/api/eval-runs/{name}/files/metrics.json").content
 
 
-def test_samples_sort_filter_and_page_in_the_database(world: World, page, tmp_path):
+def test_samples_sort_filter_and_page(world: World, page, tmp_path):
     login(page, world)
     page.goto(world.url + "/runs/candidate/samples")
-    rows = page.locator("#samples tbody tr")
+    rows = page.locator("#samples tr.attempt")
     assert rows.count() == 12
     shot(page, tmp_path, "samples")
 
     page.check("input[name=failed]")
-    page.click("#sample-filters button[type=submit]")
+    follow(page, "#sample-filters button[type=submit]")
     assert parse_qs(urlparse(page.url).query) == {"failed": ["1"]}
-    cells = page.locator("#samples tbody tr").all_inner_texts()
+    cells = page.locator("#samples tr.attempt").all_inner_texts()
     assert len(cells) == 2 and all("timeout" in line for line in cells)
+    # The error's message, not only its type, and the row's prompt from the dataset file.
+    assert all("exceeded its 450s deadline" in line for line in cells)
+    assert "What is 3 * 7?" in page.inner_text("#samples tbody[data-row='3'] .row-head")
 
     page.goto(world.url + "/runs/candidate/samples?min_reward=1&limit=2")
     seen = []
     while True:
-        seen += page.locator("#samples tbody tr").evaluate_all(
+        seen += page.locator("#samples tr.attempt").evaluate_all(
             "rows => rows.map(r => [Number(r.dataset.row), Number(r.dataset.attempt)])"
         )
         if not page.locator("a[rel=next]").count():
             break
-        page.click("a[rel=next]")
+        follow(page, "a[rel=next]")
         assert parse_qs(urlparse(page.url).query)["min_reward"] == ["1"]
     assert seen == [[2, 0], [2, 1], [4, 0], [4, 1], [5, 1]]
 
-    page.goto(world.url + "/runs/candidate/samples")
-    page.click("a[data-sort=reward]")
-    page.click("a[data-sort=reward]")  # a second click sorts descending
+    page.goto(world.url + "/runs/candidate/samples?view=attempts")
+    follow(page, "a[data-sort=reward]")
+    follow(page, "a[data-sort=reward]")  # a second click sorts descending
     assert parse_qs(urlparse(page.url).query)["sort"] == ["-reward"]
     rewards = page.locator("#samples td.reward").all_inner_texts()
     assert rewards[:5] == ["1.0000"] * 5 and rewards[-2:] == ["—", "—"]
@@ -205,7 +211,7 @@ def test_samples_sort_filter_and_page_in_the_database(world: World, page, tmp_pa
 def test_a_trajectory_with_tool_calls_renders_as_a_conversation(world: World, page, tmp_path):
     login(page, world)
     page.goto(world.url + "/runs/candidate/samples")
-    page.click("#samples tbody tr[data-row='0'][data-attempt='0'] a")
+    page.click("#samples tr.attempt[data-row='0'][data-attempt='0'] a")
     page.wait_for_url(re.compile(r".*/runs/candidate/samples/0/0$"))
     shot(page, tmp_path, "sample")
 
@@ -233,7 +239,10 @@ def test_artifacts_show_as_a_tree_with_text_and_image_previews(world: World, pag
     page.click("#artifacts a.file >> text=curve.png")
     page.locator("#preview img").wait_for()
     # The element appears before its picture has loaded: wait for the load itself.
-    page.wait_for_function("document.querySelector('#preview img').complete")
+    # A function, not an expression: Playwright eval()s an expression again on every poll, from
+    # the page's own timers, where the dashboard's CSP (no 'unsafe-eval') refuses it; a function
+    # is eval()ed once, on the first check, and then called.
+    page.wait_for_function("() => document.querySelector('#preview img').complete")
     assert page.evaluate("document.querySelector('#preview img').naturalWidth") == 64
     shot(page, tmp_path, "artifact-image")
 
@@ -267,19 +276,19 @@ def test_html_in_trajectories_dataset_cells_logs_and_artifact_names_stays_text(
 def test_compare_page_shows_the_regressed_rows(world: World, page, tmp_path):
     login(page, world)
     page.goto(world.url + "/compare")
-    page.select_option("select[name=a]", "base")
-    page.select_option("select[name=b]", "candidate")
-    page.click("#compare-form button[type=submit]")
-    counts = page.inner_text("#counts")
-    assert "2 regressed" in counts and "1 improved" in counts and "1 errored" in counts
-    assert re.search(
-        r"-8\.3 pts \(95% paired CI -?\d+\.\d to \+\d+\.\d pts over 6 rows\)",
-        page.inner_text("#change"),
-    )
+    page.select_option("select[data-slot='0']", "base")
+    page.select_option("select[data-slot='1']", "candidate")
+    follow(page, "#compare-form button[type=submit]")
+    assert parse_qs(urlparse(page.url).query)["run"] == ["base", "candidate"]
+    candidate = page.inner_text("#summary tr[data-run='candidate']")
+    assert "2 regressed" in candidate and "1 improved" in candidate and "3 same" in candidate
+    # 6/12 attempts passed in base, 5/12 in candidate, over the six rows scored in both.
+    assert re.search(r"-8\.3 pts \(95% CI -\d+\.\d to \+\d+\.\d pts, newcombe paired\)", candidate)
+    assert "over 6 rows: 50.0% \u2192 41.7%" in candidate
     shot(page, tmp_path, "compare")
 
-    page.click(".tabs >> text=regressed")
-    rows = page.locator("#row-changes tbody tr").evaluate_all(
+    follow(page, ".tabs >> text=regressed")
+    rows = page.locator("#matrix tbody tr").evaluate_all(
         "rows => rows.map(r => Number(r.dataset.row))"
     )
     assert rows == REGRESSED_ROWS
@@ -341,14 +350,16 @@ def html(world: World, path: str) -> httpx.Response:
 
 
 def test_a_page_past_the_end_says_so_and_links_to_the_last_page(world: World):
-    answer = html(world, "/?limit=10&offset=100")  # 30 runs: the last page starts at 20
+    answer = html(world, "/?limit=10&offset=100")  # 31 runs: the last page starts at 30
     assert answer.status_code == 200
-    assert "past the end: there are 30" in answer.text
-    assert 'rel="prev" href="?limit=10&amp;offset=20"' in answer.text
+    assert "past the end: there are 31" in answer.text
+    assert 'rel="prev" href="?limit=10&amp;offset=30"' in answer.text
     assert "No runs on this page." in answer.text
-    samples = html(world, "/runs/candidate/samples?offset=50")
-    assert "past the end: there are 12" in samples.text
-    assert 'rel="prev" href="?"' in samples.text  # one page of 50: back to the first
+    samples = html(world, "/runs/candidate/samples?offset=50")  # six rows, 25 to a page
+    assert "past the end: there are 6" in samples.text
+    assert 'rel="prev" href="?"' in samples.text  # one page: back to the first
+    attempts = html(world, "/runs/candidate/samples?view=attempts&offset=50")
+    assert "past the end: there are 12" in attempts.text
 
 
 def test_a_malformed_trajectory_still_renders_its_sample_page(world: World, page, tmp_path):
@@ -373,7 +384,7 @@ def test_a_long_trajectory_is_shown_a_page_of_steps_at_a_time(world: World, page
     assert len(first) < 25_000  # cut: the JSON download has all of it
     seen = [articles.last.locator(".body").inner_text()]
     while page.locator("#trajectory a[rel=next]").count():
-        page.click("#trajectory a[rel=next]")
+        follow(page, "#trajectory a[rel=next]")
         seen.append(page.locator("#trajectory article").last.locator(".body").inner_text())
     assert seen[-1] == f"this is step {LONG_STEPS}"  # the last step is reachable
     shot(page, tmp_path, "sample-long")
@@ -420,7 +431,9 @@ def test_a_filter_no_run_has_still_shows_in_its_menu(world: World):
 
 def test_forms_have_labels_and_work_from_the_keyboard(world: World, page, tmp_path):
     page.goto(world.url + "/login")
-    assert page.evaluate("document.activeElement.id") == "token"  # focus starts in the field
+    # Focus starts in the field: `autofocus` applies once the page has loaded, which on a
+    # busy machine can be after goto() returns, so wait for it (and fail if it never comes).
+    page.wait_for_function("() => document.activeElement?.id === 'token'", timeout=10_000)
     page.keyboard.type(world.admin_token)
     page.keyboard.press("Enter")
     page.wait_for_url(world.url + "/")
@@ -435,4 +448,30 @@ def test_forms_have_labels_and_work_from_the_keyboard(world: World, page, tmp_pa
     page.keyboard.press("Space")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r".*failed=1.*"))
-    assert page.locator("#samples tbody tr").count() == 2
+    assert page.locator("#samples tr.attempt").count() == 2
+
+
+def test_an_error_page_keeps_the_navigation_and_the_sign_out(world: World, page, tmp_path):
+    login(page, world)
+    for path, status in (("/runs/nope", 404), ("/runs/base/samples?max_reward=lots", 422)):
+        answer = page.goto(world.url + path)
+        assert answer is not None and answer.status == status
+        assert page.locator("header.top nav a").all_inner_texts() == [
+            "Runs",
+            "Compare",
+            "Datasets",
+            "Secrets",
+        ]
+        assert page.locator("header.top button", has_text="Sign out").count() == 1
+    shot(page, tmp_path, "error-page")
+
+
+def test_a_platform_run_whose_attempts_all_failed_says_so(world: World, page, tmp_path):
+    login(page, world)
+    badge = page.locator(f"#runs tr[data-run='{ALL_FAILED}'] .status")
+    assert badge.inner_text() == "all failed"
+    assert badge.get_attribute("data-status") == "finished"  # the run itself did finish
+    page.goto(world.url + f"/runs/{ALL_FAILED}")
+    assert "Every recorded attempt of this run failed (4 of 4)" in page.inner_text("#all-failed")
+    follow(page, "#all-failed >> text=See the errors")
+    assert page.locator("#samples tr.attempt").count() == 4

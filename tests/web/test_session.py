@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from osmosis.platform import Settings, create_app
+from osmosis.platform import create_app
 from osmosis.platform.db.models import ApiToken, User, Workspace, utcnow
 from osmosis.platform.db.run_models import EvalRun
 from osmosis.platform.db.web_models import WebSession
 from osmosis.platform.web.session import COOKIE
+from tests.platform.databases import Databases
 from tests.web import seed
 from tests.web.seed import RunSpec
 
@@ -30,8 +31,8 @@ class App:
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[App]:
-    settings = Settings(home=tmp_path / "home")
+def app(tmp_path: Path, databases: Databases) -> Iterator[App]:
+    settings = databases.settings(tmp_path / "home")
     platform = create_app(settings)
     with platform.state.sessions() as db:
         admin = db.query(User).one()

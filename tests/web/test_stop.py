@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from osmosis.testing import FakeModelServer
 from tests.e2e.workspace import row
+from tests.platform.databases import Databases
 from tests.platform.eval_world import (
     Server,
     finished,
@@ -27,9 +28,13 @@ ROWS = [row("pass", 2, 3), row("pass", 3, 3), row("hang"), row("hang"), row("han
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, module_databases: Databases
+) -> Iterator[Server]:
     with FakeModelServer() as model:
-        platform = Server.start(tmp_path_factory.mktemp("platform"), model)
+        platform = Server.start(
+            tmp_path_factory.mktemp("platform"), model, databases=module_databases
+        )
         yield platform
         platform.stop()
 

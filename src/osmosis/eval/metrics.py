@@ -1,5 +1,9 @@
 """Aggregate metrics over finished attempts: the reference summary, pass@k, pass^k and intervals.
 
+Intervals (`confidence_intervals`) name their method: Wilson on rows for the pass rate
+(clustered by row when n > 1), the same for mean rewards in [0, 1], and Student's t or the row
+bootstrap for other rewards (see `osmosis.eval.intervals`).
+
 Everything here is a pure function of the attempts, so the local engine (over `AttemptRecord`s)
 and the platform (over `index.jsonl` rows) compute the same numbers from the same results.
 `summarize` reproduces the reference `aggregate_metrics` summary key for key and value for value,
@@ -25,6 +29,8 @@ from osmosis.eval.intervals import (
     ConfidenceInterval,
     bootstrap_ci,
     is_finite_number,
+    mean_ci,
+    proportion_ci,
 )
 
 __all__ = [
@@ -408,18 +414,24 @@ def summarize(
         summary["pass_at_k"] = at_k
         summary["pass_hat_k"] = hat_k
     tallies = list(scan.rows.values())
-    options: dict[str, Any] = {"level": level, "resamples": resamples, "seed": seed}
+    # Intervals treat the dataset row as the unit (its attempts share a prompt); see
+    # `osmosis.eval.intervals` for which method applies when.
+    bounded = bool(scan.rewards) and min(scan.rewards) >= 0.0 and max(scan.rewards) <= 1.0
+    mean_reward = (
+        mean_ci(
+            ((t[3], t[2]) for t in tallies if t[2]),
+            bounded=bounded,
+            level=level,
+            resamples=resamples,
+            seed=seed,
+        )
+        if scan.rewards
+        else None
+    )
+    pass_rate = proportion_ci(((t[1], t[0]) for t in tallies), level=level) if completed else None
     summary["confidence_intervals"] = {
-        "mean_reward": (
-            bootstrap_ci(((t[3], t[2]) for t in tallies if t[2]), **options).as_dict()
-            if scan.rewards
-            else None
-        ),
-        "pass_rate": (
-            bootstrap_ci(((t[1], t[0]) for t in tallies), **options).as_dict()
-            if completed
-            else None
-        ),
+        "mean_reward": mean_reward.as_dict() if mean_reward is not None else None,
+        "pass_rate": pass_rate.as_dict() if pass_rate is not None else None,
     }
     summary["errors_by_type"] = dict(
         sorted(scan.errors.items(), key=lambda item: (-item[1], item[0]))

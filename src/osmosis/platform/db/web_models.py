@@ -1,7 +1,8 @@
 """Dashboard sign-ins: one row per session cookie, so signing out can end it on the server.
 
 The cookie names its row; a request is signed in only while the row is live (not ended, not
-expired) and its API token is not revoked. Revoking or deleting the token ends its sessions.
+expired) and its API token is usable (not revoked or expired, its user not deactivated).
+Revoking or deleting the token ends its sessions.
 """
 
 from __future__ import annotations
@@ -30,4 +31,5 @@ class WebSession(Base):
     token: Mapped[ApiToken] = relationship()
 
     def is_live(self, now: datetime) -> bool:
-        return self.ended_at is None and now < self.expires_at and self.token.revoked_at is None
+        # The token's own rule: not revoked, not expired, its user not deactivated.
+        return self.ended_at is None and now < self.expires_at and self.token.is_usable(now)

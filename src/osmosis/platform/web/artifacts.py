@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from osmosis.platform.errors import NotFound
+from osmosis.platform.run_files import regular_file_within
 
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 TEXT_PREVIEW_BYTES = 64 * 1024
@@ -28,17 +29,11 @@ def attempt_name(row_index: int, run_index: int) -> str:
 
 
 def _inside(base: Path, relative: str) -> Path:
-    """`base/relative`, refusing anything that climbs out or passes through a link."""
-    parts = [p for p in relative.split("/") if p]
-    if not parts or any(p in {".", ".."} for p in parts):
-        raise NotFound("no such file in this run", details={"path": relative})
-    path = base
-    for part in parts:
-        path = path / part
-        if path.is_symlink():
-            raise NotFound("no such file in this run", details={"path": relative})
-    if not path.is_file():
-        raise NotFound("no such file in this run", details={"path": relative})
+    """`base/relative`, refusing anything that climbs out or passes through a link (and a
+    name too long for the file system: a 404, not a 500)."""
+    path = regular_file_within(base, [p for p in relative.split("/") if p])
+    if path is None:
+        raise NotFound("no such file in this run", details={"path": relative[:200]})
     return path
 
 

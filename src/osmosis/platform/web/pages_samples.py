@@ -1,28 +1,40 @@
-"""A run's samples: the per-attempt table, one attempt's page (trajectory, grade, artifacts),
-and the artifact bytes its previews show."""
+"""A run's samples: the list (grouped by row, or one line per attempt), its CSV, one
+attempt's page (input, trajectory, grade, error and traceback, artifacts) and the artifact
+bytes its previews show.
+
+The list's filters live in the URL and travel with every link: to the next page, to a
+sample (whose previous/next links walk the same list) and to the CSV of the same rows.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import math
-from typing import Annotated
+import re
+from collections.abc import Iterator
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from osmosis.platform import runs
-from osmosis.platform.db.run_models import EvalAttempt
-from osmosis.platform.deps import Db
 from osmosis.platform.errors import NotFound, ValidationFailed
-from osmosis.platform.run_views import MAX_ATTEMPTS_PAGE, attempts_page
-from osmosis.platform.web import artifacts, run_queries
+from osmosis.platform.run_views import MAX_ATTEMPTS_PAGE
+from osmosis.platform.web import artifacts
 from osmosis.platform.web.params import Offset, RowIndex, RunIndex
 from osmosis.platform.web.render import render
-from osmosis.platform.web.session import PageViewer
+from osmosis.platform.web.samples_index import Sample, SampleIndex, SampleQuery
+from osmosis.platform.web.source import Source, page_params
+from osmosis.platform.web.tracebacks import find_traceback
 from osmosis.platform.web.trajectory import STEPS_PER_PAGE, read_conversation
 
 router = APIRouter()
 
 ATTEMPTS_PER_PAGE = 50
+ROWS_PER_PAGE = 25
+CSV_CHUNK = 500
+VIEWS = ("rows", "attempts")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _reward_range(low: str, high: str) -> tuple[float | None, float | None]:
@@ -48,68 +60,142 @@ def _reward_range(low: str, high: str) -> tuple[float | None, float | None]:
     return low_value, high_value
 
 
+class ListParams:
+    """The samples list's filters, read from the query string once for every page that
+    keeps them (the list, its CSV, a sample's previous/next)."""
+
+    def __init__(
+        self,
+        failed: str = "",
+        min_reward: str = "",
+        max_reward: str = "",
+        sort: str = "row_index",
+        q: Annotated[str, Query(max_length=1000)] = "",
+        view: str = "",
+    ) -> None:
+        low, high = _reward_range(min_reward, max_reward)
+        self.failed = failed in {"1", "on", "true"}
+        self.query = SampleQuery(
+            status="failed" if self.failed else "",
+            min_reward=low,
+            max_reward=high,
+            sort=sort,
+            text=q.strip(),
+        )
+        if view and view not in VIEWS:
+            raise ValidationFailed(
+                f"view must be one of {', '.join(VIEWS)}; got {view!r}",
+                details={"valid": list(VIEWS)},
+            )
+        # One line per attempt is the only order a sort can mean.
+        self.view = view or ("rows" if sort == "row_index" else "attempts")
+        self.min_reward, self.max_reward = min_reward.strip(), max_reward.strip()
+        self.params = page_params(
+            {
+                "failed": "1" if self.failed else None,
+                "min_reward": self.min_reward,
+                "max_reward": self.max_reward,
+                "sort": None if sort == "row_index" else sort,
+                "q": self.query.text,
+                "view": view if view and view != "rows" else None,
+            }
+        )
+
+
+Filters = Annotated[ListParams, Depends()]
+
+
+def _inputs(index: SampleIndex, samples: list[Sample]) -> dict[tuple[int, int], Any]:
+    index.with_texts(samples)
+    return {sample.key: index.input_of(sample) for sample in samples}
+
+
 @router.get("/runs/{run_ref}/samples")
 def samples(
     run_ref: str,
     request: Request,
-    db: Db,
-    viewer: PageViewer,
-    failed: str = "",
-    min_reward: str = "",
-    max_reward: str = "",
-    sort: str = "row_index",
+    source: Source,
+    filters: Filters,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_ATTEMPTS_PAGE)] = ATTEMPTS_PER_PAGE,
+    limit: Annotated[int, Query(ge=1, le=MAX_ATTEMPTS_PAGE)] | None = None,
 ) -> Response:
-    """The attempts table: one page from `attempts_page` (what `GET .../attempts` serves)."""
-    run = runs.find_run(db, user=viewer.user, ref=run_ref)
-    failed_only = failed in {"1", "on", "true"}
-    low, high = _reward_range(min_reward, max_reward)
-    page = attempts_page(
-        db,
-        run=run,
-        limit=limit,
-        offset=offset,
-        status="failed" if failed_only else None,
-        min_reward=low,
-        max_reward=high,
-        sort=sort,
-    )
-    params = {
-        "failed": "1" if failed_only else None,
-        "min_reward": min_reward.strip() or None,
-        "max_reward": max_reward.strip() or None,
-        "sort": None if sort == "row_index" else sort,
-        "limit": None if limit == ATTEMPTS_PER_PAGE else limit,
-    }
+    """The attempts that match, a page at a time: by row (with each row's pass@k) or flat."""
+    run = source.find(run_ref)
+    index = source.samples(run)
+    chosen = index.query(filters.query)
+    per_page = limit or (ROWS_PER_PAGE if filters.view == "rows" else ATTEMPTS_PER_PAGE)
+    params = dict(filters.params)
+    if limit:
+        params["limit"] = limit
+    if filters.view == "rows":
+        groups = index.groups(chosen)
+        shown_groups = groups[offset : offset + per_page]
+        shown = [sample for group in shown_groups for sample in group.samples]
+        total = len(groups)
+    else:
+        shown_groups, shown = [], chosen[offset : offset + per_page]
+        total = len(chosen)
     return render(
         request,
         "samples.html",
-        viewer,
+        source.viewer,
         nav="runs",
         run=run,
-        attempts=page.attempts,
-        page={
-            "offset": offset,
-            "limit": limit,
-            "total": page.total_count,
-            "params": {k: v for k, v in params.items() if v is not None},
-        },
-        failed_only=failed_only,
-        min_reward=min_reward.strip(),
-        max_reward=max_reward.strip(),
-        sort=sort,
+        filters=filters,
+        attempts=shown,
+        groups=shown_groups,
+        inputs=_inputs(index, shown),
+        matched=len(chosen),
+        recorded=len(index),
+        page={"offset": offset, "limit": per_page, "total": total, "params": params},
+        threshold=index.pass_threshold,
+        skipped_lines=index.skipped_lines,
+        input_problem=index.input_problem,
+        refresh=3 if run.live else 0,
     )
 
 
-def _attempt(db: Db, *, run_id: str, row_index: int, run_index: int) -> EvalAttempt:
-    attempt = db.get(EvalAttempt, (run_id, row_index, run_index))
-    if attempt is None:
+@router.get("/runs/{run_ref}/samples.csv")
+def samples_csv(
+    run_ref: str,
+    source: Source,
+    filters: Filters,
+) -> Response:
+    """The samples table with the list's filters and order, every matching attempt."""
+    run = source.find(run_ref)
+    index = source.samples(run)
+
+    def lines() -> Iterator[str]:
+        # A chunk per CSV_CHUNK rows: each chunk costs the server a thread hop.
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        for count, row in enumerate(index.csv_rows(filters.query), start=1):
+            writer.writerow(row)
+            if count % CSV_CHUNK == 0:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+    name = _UNSAFE.sub("_", run.ref)
+    return StreamingResponse(
+        lines(),
+        media_type="text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": f'attachment; filename="{name}-samples.csv"',
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def _sample(index: SampleIndex, row_index: int, run_index: int) -> Sample:
+    found = index.get(row_index, run_index)
+    if found is None:
         raise NotFound(
             f"no recorded attempt for row {row_index}, attempt {run_index} in this run",
             details={"row_index": row_index, "run_index": run_index},
         )
-    return attempt
+    return found
 
 
 @router.get("/runs/{run_ref}/samples/{row_index}/{run_index}")
@@ -118,39 +204,49 @@ def sample(
     row_index: RowIndex,
     run_index: RunIndex,
     request: Request,
-    db: Db,
-    viewer: PageViewer,
+    source: Source,
+    filters: Filters,
     file: str = "",
     offset: Offset = 0,
 ) -> Response:
-    """One attempt: its conversation (STEPS_PER_PAGE steps from `offset`), grade and artifacts
-    (the one named by `file` previewed)."""
-    run = runs.find_run(db, user=viewer.user, ref=run_ref)
-    attempt = _attempt(db, run_id=run.id, row_index=row_index, run_index=run_index)
-    directory = runs.run_dir(request.app.state.settings, run.id)
+    """One attempt: its input, conversation (STEPS_PER_PAGE steps from `offset`), grade, error
+    with traceback, and artifacts (the one named by `file` previewed)."""
+    run = source.find(run_ref)
+    index = source.samples(run)
+    attempt = _sample(index, row_index, run_index)
+    directory = source.run_dir(run)
     name = artifacts.attempt_name(row_index, run_index)
     folder = directory / "artifacts" / name
     trajectory = directory / "trajectories" / f"{name}.json"
     convo = read_conversation(trajectory)
+    own = {"file": file or None, "offset": offset or None}
     return render(
         request,
         "sample.html",
-        viewer,
+        source.viewer,
         nav="runs",
         run=run,
         attempt=attempt,
+        row_input=index.input_of(attempt),
+        input_problem=index.input_problem,
+        traceback=find_traceback(directory, attempt.rollout_id, convo.osmosis)
+        if attempt.status == "failed"
+        else None,
+        neighbours=index.neighbours(filters.query, attempt.key),
+        list_params=filters.params,
         convo=convo,
         turns=convo.turns[offset : offset + STEPS_PER_PAGE],
         page={
             "offset": offset,
             "limit": STEPS_PER_PAGE,
             "total": len(convo.turns),
-            "params": {"file": file} if file else {},
+            "params": page_params({**filters.params, "file": file}),
         },
+        own_params=page_params({**filters.params, **own}),
         tree=artifacts.artifact_tree(folder),
         preview=artifacts.preview(folder, file) if file else None,
         has_trajectory=trajectory.is_file(),
-        threshold=run_queries.pass_threshold(run),
+        threshold=index.pass_threshold,
     )
 
 
@@ -160,13 +256,11 @@ def artifact(
     row_index: RowIndex,
     run_index: RunIndex,
     path: str,
-    request: Request,
-    db: Db,
-    viewer: PageViewer,
+    source: Source,
 ) -> Response:
     """One artifact's bytes: images inline (for the preview), anything else as a download."""
-    run = runs.find_run(db, user=viewer.user, ref=run_ref)
-    directory = runs.run_dir(request.app.state.settings, run.id)
+    run = source.find(run_ref)
+    directory = source.run_dir(run)
     target = artifacts.artifact_file(
         directory / "artifacts" / artifacts.attempt_name(row_index, run_index), path
     )

@@ -59,10 +59,11 @@ def when(value: datetime | None) -> str:
 
 
 def query(params: dict[str, Any], **changes: Any) -> str:
-    """`params` with `changes` applied, as a query string; None and "" drop a key."""
+    """`params` with `changes` applied, as a query string; None and "" drop a key, and a
+    list repeats its key (`run=a&run=b`)."""
     merged = {**params, **changes}
-    kept = {k: v for k, v in merged.items() if v is not None and v != ""}
-    return "?" + urlencode(kept) if kept else "?"
+    kept = {k: v for k, v in merged.items() if v is not None and v != "" and v != []}
+    return "?" + urlencode(kept, doseq=True) if kept else "?"
 
 
 def cell(value: Any, limit: int = 400) -> str:
@@ -94,6 +95,8 @@ def render(
     status_code: int = 200,
     **context: Any,
 ) -> HTMLResponse:
+    # `eval view` serves the same pages with nothing to sign in to and nothing to change.
+    context.setdefault("read_only", getattr(request.app.state, "dashboard_read_only", False))
     page = _ENV.get_template(template).render(request=request, viewer=viewer, **context)
     return HTMLResponse(page, status_code=status_code, headers=SECURITY_HEADERS)
 

@@ -1,5 +1,5 @@
 """The dashboard's own reads of evaluation runs: the filtered runs list and its filter menus,
-the per-row tallies comparisons need, and the columns live results and the histogram use.
+and the columns live results and the histogram use (the platform source's queries).
 
 Every query is scoped to the viewer's workspaces, and the list is one LIMIT/OFFSET page plus
 a COUNT. Finding one run and paging its attempts are `osmosis.platform.runs` / `run_views`.
@@ -10,32 +10,17 @@ a COUNT. Finding one run and paging its attempts are `osmosis.platform.runs` / `
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, select
+from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session
 
 from osmosis.platform.db.models import User, Workspace, WorkspaceMember
 from osmosis.platform.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.run_views import summary_public
 from osmosis.platform.schemas.runs import EvalRunSummary
-
-RUNS_PER_PAGE = 25
-
-
-@dataclass(frozen=True)
-class RunFilters:
-    """The runs list's filters, as kept in the URL; empty means "any"."""
-
-    status: str = ""
-    dataset: str = ""
-    model: str = ""
-    rollout: str = ""
-    workspace: str = ""
-
-    def params(self) -> dict[str, str]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+from osmosis.platform.web.source import RUNS_PER_PAGE, RunFilters
 
 
 @dataclass(frozen=True)
@@ -155,43 +140,6 @@ def attempt_columns(db: Session, *, run: EvalRun) -> list[Any]:
         EvalAttempt.cost_usd,
     ).where(EvalAttempt.run_id == run.id)
     return list(db.execute(query))
-
-
-@dataclass(frozen=True)
-class RowOutcome:
-    """One dataset row of a run: attempts scored, passes, attempts failed with an error."""
-
-    scored: int
-    passed: int
-    errored: int
-
-    @property
-    def rate(self) -> float:
-        return self.passed / self.scored if self.scored else 0.0
-
-
-def row_outcomes(db: Session, *, run: EvalRun, threshold: float) -> dict[int, RowOutcome]:
-    """Per dataset row, grouped in SQL: for comparisons of two runs on the same dataset."""
-    is_scored = case((EvalAttempt.status != "skipped", 1), else_=0)
-    # As `summarize` counts: a skipped attempt is out of every count, whatever its reward.
-    is_pass = case(
-        (and_(EvalAttempt.status != "skipped", EvalAttempt.reward >= threshold), 1), else_=0
-    )
-    is_error = case((EvalAttempt.status == "failed", 1), else_=0)
-    query = (
-        select(
-            EvalAttempt.row_index,
-            func.sum(is_scored),
-            func.sum(is_pass),
-            func.sum(is_error),
-        )
-        .where(EvalAttempt.run_id == run.id)
-        .group_by(EvalAttempt.row_index)
-    )
-    return {
-        int(row): RowOutcome(scored=int(s or 0), passed=int(p or 0), errored=int(e or 0))
-        for row, s, p, e in db.execute(query)
-    }
 
 
 def reward_values(db: Session, *, run: EvalRun) -> list[float]:

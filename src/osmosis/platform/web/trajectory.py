@@ -73,6 +73,8 @@ class Conversation:
     error: str | None = None
     final_metrics: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+    osmosis: dict[str, Any] = field(default_factory=dict)
+    """The document's `extra.osmosis` block as written."""
 
 
 def _clip(text: str) -> str:
@@ -172,8 +174,33 @@ def conversation(document: dict[str, Any]) -> Conversation:
         grader_metrics=_mapping(extra.get("sample_metrics")),
         error=_pretty(error) if error else None,
         final_metrics=_mapping(document.get("final_metrics")),
+        osmosis=extra,
     )
 
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)[:200]
+
+
+def _text(message: Any) -> str | None:
+    if message is None or message == "" or message == []:
+        return None
+    return message if isinstance(message, str) else json.dumps(message, ensure_ascii=False)
+
+
+def final_output(document: dict[str, Any]) -> str | None:
+    """The attempt's answer: the last assistant step that said something."""
+    for raw in reversed(_items(document.get("steps"))):
+        step = _mapping(raw)
+        if step.get("source") == "agent" and (text := _text(step.get("message"))):
+            return text
+    return None
+
+
+def first_user_message(document: dict[str, Any]) -> str | None:
+    """The prompt as the trajectory recorded it: the first user step's message."""
+    for raw in _items(document.get("steps")):
+        step = _mapping(raw)
+        if step.get("source") == "user":
+            return _text(step.get("message"))
+    return None
