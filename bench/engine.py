@@ -1,13 +1,30 @@
-"""Throughput and memory of the whole engine (`osmosis eval run`) against the scripted model.
+"""Throughput, latency overhead and memory of `osmosis eval run` against the scripted model.
 
-    .venv/bin/python bench/engine.py [--attempts 1000] [--concurrency 64] [--sample]
+    .venv/bin/python bench/engine.py [--cases a,b,c,d,replicas] [--scratch DIR] [--sample]
 
-Prints, from one run:
-- attempts/s through the engine (CLI process, rollout server, bridge, model server) at the
-  given concurrency, against the same number of model calls made directly with aiohttp at the
-  same concurrency (the limit: a workflow cannot be faster than its one model call);
-- the engine process's peak RSS for datasets of 1,000 and 100,000 rows (same attempt count),
-  and with --sample also for the default 10 % sample of 100,000 rows (10,000 attempts).
+Every figure is set beside a limit measured in the same run, on the same machine, and the
+table says the machine's load average beside each case (2 shared cores: a figure taken under
+a high load says more about the neighbours than about osmosis; repeat it).
+
+Cases (issue 18, and issue 11's replica rows):
+  (a)  0 ms model latency, concurrency 64, 2,000 attempts: attempts/s and CPU ms per attempt
+       of the engine process (with its model bridge) and of the rollout server, against a
+       bare aiohttp client making the same 2,000 model calls (its own process, its own CPU).
+  (b)  200 ms latency, concurrency 64, 500 attempts: dispatch time (first attempt's start to
+       last attempt's end, from the journal) / ideal (attempts / concurrency x latency); the
+       bare client's ratio beside it.
+  (c)  1 s latency, concurrency 512, 5,000 attempts: dispatch / ideal, and peak RSS of the
+       engine and of the rollout server.
+  (d)  rollout server peak RSS after 500 and after 10,000 attempts (0 ms, concurrency 64).
+  replicas  0 ms, concurrency 64, 2,000 attempts over 1 and 2 rollout servers (issue 11),
+       then the same 2,000 attempts drawn from a 100,000-row dataset: the engine's peak RSS
+       must not follow the dataset's size; with --sample also the default 10 % sample of
+       100,000 rows (10,000 attempts).
+
+CPU per attempt is the marginal cost: CPU seconds spent between the 10th and the 90th
+percentile of recorded attempts (read from /proc), divided by the attempts recorded in
+between, so start-up (imports, environment, servers) is left out. `--scratch /dev/shm` puts
+the workspace and run directory on tmpfs, which tells file-system cost from our own.
 """
 
 from __future__ import annotations
@@ -21,19 +38,16 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 # ruff: noqa: E402
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-
-import aiohttp
 
 from osmosis.testing import FakeModelServer
 
@@ -53,7 +67,7 @@ class Exact(Grader):
 
 app = create_rollout_server(
     backend=LocalBackend(workflow=OneCall, grader=Exact, workflow_config=AgentWorkflowConfig(
-        name="bench", concurrency=ConcurrencyConfig(max_concurrent=256))),
+        name="bench", concurrency=ConcurrencyConfig(max_concurrent=1024))),
     configure_logging=False,
 )
 if __name__ == "__main__":
@@ -61,8 +75,40 @@ if __name__ == "__main__":
                 log_level="warning", access_log=False)
 """
 
+# The limit: the same chat completion straight to the model server, one process, aiohttp.
+BARE_CLIENT = """
+import asyncio, json, sys, time
+import aiohttp
 
-def make_workspace(root: Path, rows: int, limit: int | None) -> Path:
+async def main(url, calls, concurrency):
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as client:
+        todo = iter(range(calls))
+        spans = []
+
+        async def worker():
+            for index in todo:
+                body = {"model": "fake-model",
+                        "messages": [{"role": "user", "content": f"What is {index % 97} * 3?"}]}
+                began = time.monotonic()
+                async with client.post(url + "/chat/completions", json=body) as reply:
+                    reply.raise_for_status()
+                    await reply.read()
+                spans.append((began, time.monotonic()))
+
+        cpu, wall = time.process_time(), time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    dispatch = max(end for _, end in spans) - min(start for start, _ in spans)
+    print(json.dumps({"rate": calls / wall, "cpu_ms": cpu * 1000 / calls, "dispatch_s": dispatch}))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+"""
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def make_workspace(root: Path, rows: int, limit: int | None = None) -> Path:
     (root / "rollouts" / "bench").mkdir(parents=True)
     (root / "configs" / "eval").mkdir(parents=True)
     (root / "data").mkdir()
@@ -74,130 +120,349 @@ def make_workspace(root: Path, rows: int, limit: int | None) -> Path:
                 json.dumps({"user_prompt": f"What is {a} * {b}?", "ground_truth": str(a * b)})
                 + "\n"
             )
-    limit_line = f"limit = {limit}\n" if limit else ""
     config = root / "configs" / "eval" / "bench.toml"
     config.write_text(
         '[experiment]\nrollout = "bench"\nentrypoint = "main.py"\n'
         'model_path = "openai/fake-model"\ndataset = "bench"\n\n'
-        f"[evaluation]\n{limit_line}agent_workflow_timeout_s = 120\ngrader_timeout_s = 30\n\n"
+        f"[evaluation]\n{f'limit = {limit}' if limit else ''}\n"
+        "agent_workflow_timeout_s = 120\ngrader_timeout_s = 30\n\n"
         "[secrets]\nrequired = []\n"
     )
     return config
 
 
-def peak_rss_mib(pid: int, stop: threading.Event, peak: list[int]) -> None:
-    """Poll VmHWM (the kernel's own peak-RSS counter) of the engine process until it exits."""
-    while not stop.is_set():
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def peak_rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def rollout_servers(engine_pid: int) -> list[int]:
+    """The engine's rollout server processes (its children running the bench's main.py)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak[0] = max(peak[0], int(line.split()[1]))
-        except OSError:
-            return
-        time.sleep(0.05)
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == engine_pid and b"main.py" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
-def run_engine(model: FakeModelServer, rows: int, limit: int | None, concurrency: int) -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        config = make_workspace(Path(scratch), rows, limit)
+@dataclass
+class Sample:
+    at: float
+    recorded: int
+    engine_cpu: float
+    rollout_cpu: float
+
+
+@dataclass
+class Watch:
+    """Polls the engine, its rollout servers and the journal while `eval run` works."""
+
+    engine_pid: int
+    journal: Path
+    samples: list[Sample] = field(default_factory=list)
+    peaks: dict[int, float] = field(default_factory=dict)
+    last_cpu: dict[int, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        recorded, offset = 0, 0
+        servers: list[int] = []
+        while not self.stop.is_set():
+            if len(servers) < 1 or len(self.samples) % 25 == 0:
+                servers = sorted(set(servers) | set(rollout_servers(self.engine_pid)))
+            try:
+                with self.journal.open("rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                recorded += chunk.count(b"\n")
+                offset += len(chunk)
+            except OSError:
+                pass
+            engine = cpu_seconds(self.engine_pid)
+            for pid in servers:
+                cpu = cpu_seconds(pid)
+                if cpu is not None:  # a replaced or exited server keeps its last reading
+                    self.last_cpu[pid] = cpu
+                    self.peaks[pid] = max(self.peaks.get(pid, 0.0), peak_rss_mib(pid))
+            self.peaks[self.engine_pid] = max(
+                self.peaks.get(self.engine_pid, 0.0), peak_rss_mib(self.engine_pid)
+            )
+            if engine is not None:
+                self.samples.append(
+                    Sample(time.monotonic(), recorded, engine, sum(self.last_cpu.values()))
+                )
+            time.sleep(0.02)
+
+    def marginal(self, attempts: int) -> tuple[float, float, float]:
+        """(attempts/s, engine CPU ms per attempt, rollout servers' CPU ms per attempt)
+        between the 10th and 90th percentile of recorded attempts."""
+        low = next(s for s in self.samples if s.recorded >= attempts * 0.1)
+        # The last reading before the engine exited, if it wrote its last tenth in between.
+        high = next((s for s in self.samples if s.recorded >= attempts * 0.9), self.samples[-1])
+        done = high.recorded - low.recorded
+        if done <= 0:
+            raise SystemExit("the run was too short to measure; give it more attempts")
+        return (
+            done / (high.at - low.at),
+            (high.engine_cpu - low.engine_cpu) * 1000 / done,
+            (high.rollout_cpu - low.rollout_cpu) * 1000 / done,
+        )
+
+
+@dataclass
+class EngineRun:
+    attempts: int
+    attempts_per_s: float
+    engine_cpu_ms: float
+    rollout_cpu_ms: float
+    dispatch_s: float
+    engine_peak_mib: float
+    rollout_peak_mib: float
+    load: tuple[float, float]
+
+
+def run_engine(
+    model: FakeModelServer,
+    attempts: int,
+    concurrency: int,
+    scratch: str | None,
+    *,
+    replicas: int = 1,
+    rows: int | None = None,
+) -> EngineRun:
+    """One `eval run` of `attempts` attempts (the first of `rows` rows, by default as many)."""
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(dir=scratch) as workdir:
+        limit = attempts if rows is not None and rows > attempts else None
+        config = make_workspace(Path(workdir), rows or attempts, limit)
         env = {**os.environ, "OPENAI_API_BASE": model.base_url, "OPENAI_API_KEY": "sk-bench"}
         command = [
             sys.executable,
             "-c",
             "from osmosis.cli.main import run; run()",
-            "eval",
-            "run",
-            str(config),
-            "--name",
-            "bench",
-            "-y",
-            "--json",
-            "--max-in-flight",
-            str(concurrency),
+            *("eval", "run", str(config), "--name", "bench", "-y", "--json"),
+            *("--max-in-flight", str(concurrency), "--replicas", str(replicas)),
         ]
         process = subprocess.Popen(
-            command, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        stop, peak = threading.Event(), [0]
-        watcher = threading.Thread(target=peak_rss_mib, args=(process.pid, stop, peak))
+        journal = Path(workdir) / ".osmosis" / "evals" / "bench" / "events.jsonl"
+        watch = Watch(process.pid, journal)
+        watcher = threading.Thread(target=watch.run)
         watcher.start()
-        out, err = process.communicate()
-        stop.set()
+        _, err = process.communicate()
+        watch.stop.set()
         watcher.join()
         if process.returncode != 0:
-            raise SystemExit(f"eval run failed ({process.returncode}):\n{err[-2000:]}")
-        journal = Path(scratch) / ".osmosis" / "evals" / "bench" / "events.jsonl"
-        stamps = sorted(
-            datetime.fromisoformat(json.loads(line)["finished_at"])
-            for line in journal.read_text().splitlines()
+            raise SystemExit(f"eval run failed ({process.returncode}):\n{err[-3000:]}")
+        records = [json.loads(line) for line in journal.read_text().splitlines()]
+    if len(records) != attempts:
+        raise SystemExit(f"expected {attempts} recorded attempts, found {len(records)}")
+    ends = [datetime.fromisoformat(r["finished_at"]).timestamp() for r in records]
+    starts = [end - r["duration_ms"] / 1000 for end, r in zip(ends, records, strict=True)]
+    rate, engine_ms, rollout_ms = watch.marginal(attempts)
+    servers = [pid for pid in watch.peaks if pid != process.pid]
+    return EngineRun(
+        attempts=attempts,
+        attempts_per_s=rate,
+        engine_cpu_ms=engine_ms,
+        rollout_cpu_ms=rollout_ms,
+        dispatch_s=max(ends) - min(starts),
+        engine_peak_mib=watch.peaks.get(process.pid, 0.0),
+        rollout_peak_mib=max((watch.peaks[pid] for pid in servers), default=0.0),
+        load=(load_before, os.getloadavg()[0]),
+    )
+
+
+@dataclass
+class BareRun:
+    attempts_per_s: float
+    cpu_ms: float
+    dispatch_s: float
+    load: tuple[float, float]
+
+
+def run_bare(model: FakeModelServer, calls: int, concurrency: int) -> BareRun:
+    load_before = os.getloadavg()[0]
+    out = subprocess.run(
+        [sys.executable, "-c", BARE_CLIENT, model.base_url, str(calls), str(concurrency)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    figures = json.loads(out)
+    return BareRun(
+        figures["rate"], figures["cpu_ms"], figures["dispatch_s"], (load_before, os.getloadavg()[0])
+    )
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def add(
+        self, case: str, figure: str, limit: str, ratio: str, load: tuple[float, float]
+    ) -> None:
+        self.rows.append((case, figure, limit, ratio, f"{load[0]:.1f}-{load[1]:.1f}"))
+
+    def print(self) -> None:
+        head = ("case", "osmosis", "limit (same run)", "ratio (target)", "load")
+        widths = [max(len(row[i]) for row in [head, *self.rows]) for i in range(5)]
+        for row in [head, *self.rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def case_a(table: Table, scratch: str | None) -> None:
+    with FakeModelServer() as model:
+        bare = run_bare(model, 2000, 64)
+        run = run_engine(model, 2000, 64, scratch)
+    load = (min(bare.load[0], run.load[0]), max(bare.load[1], run.load[1]))
+    table.add(
+        "(a) 0 ms, c=64, 2,000: attempts/s",
+        f"{run.attempts_per_s:.0f}",
+        f"bare aiohttp {bare.attempts_per_s:.0f} calls/s",
+        f"{run.attempts_per_s / bare.attempts_per_s:.2f}x (>= 900/s)",
+        load,
+    )
+    total = run.engine_cpu_ms + run.rollout_cpu_ms
+    table.add(
+        "(a)   CPU ms/attempt engine+rollout",
+        f"{run.engine_cpu_ms:.2f} + {run.rollout_cpu_ms:.2f} = {total:.2f}",
+        f"bare aiohttp {bare.cpu_ms:.2f} ms/call",
+        f"{total / bare.cpu_ms:.1f}x (<= 1.5 ms)",
+        load,
+    )
+
+
+def latency_case(
+    table: Table,
+    label: str,
+    latency: float,
+    attempts: int,
+    concurrency: int,
+    target: float,
+    scratch: str | None,
+) -> EngineRun:
+    ideal = attempts / concurrency * latency
+    with FakeModelServer(latency=latency) as model:
+        bare = run_bare(model, attempts, concurrency)
+        run = run_engine(model, attempts, concurrency, scratch)
+    load = (min(bare.load[0], run.load[0]), max(bare.load[1], run.load[1]))
+    table.add(
+        f"{label} {latency * 1000:.0f} ms, c={concurrency}, {attempts:,}: dispatch/ideal",
+        f"{run.dispatch_s:.2f} s = {run.dispatch_s / ideal:.3f}x",
+        f"bare aiohttp {bare.dispatch_s / ideal:.3f}x; ideal {ideal:.2f} s",
+        f"{run.dispatch_s / ideal:.3f}x (<= {target}x)",
+        load,
+    )
+    return run
+
+
+def case_c(table: Table, scratch: str | None) -> None:
+    run = latency_case(table, "(c)", 1.0, 5000, 512, 1.15, scratch)
+    table.add(
+        "(c)   peak RSS engine + rollout",
+        f"{run.engine_peak_mib:.0f} + {run.rollout_peak_mib:.0f} MiB",
+        "",
+        f"{run.engine_peak_mib + run.rollout_peak_mib:.0f} MiB (<= 300 MiB)",
+        run.load,
+    )
+
+
+def case_d(table: Table, scratch: str | None) -> None:
+    with FakeModelServer() as model:
+        small = run_engine(model, 500, 64, scratch)
+        large = run_engine(model, 10_000, 64, scratch)
+    table.add(
+        "(d) rollout peak RSS, 500 vs 10,000",
+        f"{large.rollout_peak_mib:.1f} MiB",
+        f"{small.rollout_peak_mib:.1f} MiB at 500",
+        f"{large.rollout_peak_mib / (small.rollout_peak_mib or float('nan')):.2f}x (<= 1.1x)",
+        (small.load[0], large.load[1]),
+    )
+    table.add(
+        "(d)   engine peak RSS, 500 vs 10,000",
+        f"{large.engine_peak_mib:.1f} MiB",
+        f"{small.engine_peak_mib:.1f} MiB at 500",
+        f"{large.engine_peak_mib / small.engine_peak_mib:.2f}x",
+        (small.load[0], large.load[1]),
+    )
+
+
+def case_replicas(table: Table, scratch: str | None, sample: bool) -> None:
+    with FakeModelServer() as model:
+        runs = {}
+        for replicas in (1, 2):
+            runs[replicas] = run = run_engine(model, 2000, 64, scratch, replicas=replicas)
+            table.add(
+                f"replicas {replicas}, 0 ms, c=64, 2,000",
+                f"{run.attempts_per_s:.0f} attempts/s",
+                f"CPU {run.engine_cpu_ms:.2f} + {run.rollout_cpu_ms:.2f} ms/attempt",
+                "",
+                run.load,
+            )
+        large = run_engine(model, 2000, 64, scratch, rows=100_000)
+        base = runs[1].engine_peak_mib
+        table.add(
+            "2,000 of a 100,000-row dataset",
+            f"engine peak RSS {large.engine_peak_mib:.1f} MiB",
+            f"{base:.1f} MiB from 2,000 rows",
+            f"{large.engine_peak_mib / base:.2f}x",
+            large.load,
         )
-        span = (stamps[-1] - stamps[0]).total_seconds()
-        attempts = len(stamps)
-        metrics = json.loads(out)["resource"]["metrics"]
-        return {
-            "attempts": attempts,
-            "attempts_per_s": (attempts - 1) / span if span > 0 else float("nan"),
-            "peak_rss_mib": peak[0] / 1024,
-            "pass_rate": metrics["pass_rate"],
-        }
+        if sample:
+            sampled = run_engine(model, 10_000, 64, scratch, rows=100_000)
+            table.add(
+                "10 % sample of 100,000 rows",
+                f"engine peak RSS {sampled.engine_peak_mib:.1f} MiB",
+                f"{base:.1f} MiB from 2,000 rows",
+                f"{sampled.engine_peak_mib / base:.2f}x; {sampled.attempts_per_s:.0f} att/s",
+                sampled.load,
+            )
 
 
-async def direct_calls(model: FakeModelServer, calls: int, concurrency: int) -> float:
-    """The limit: the same chat completions straight to the model server with aiohttp (the
-    client the bridge itself uses), at the same concurrency."""
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as client:
-        counter = iter(range(calls))
-
-        async def worker() -> None:
-            for index in counter:
-                body = {
-                    "model": "fake-model",
-                    "messages": [{"role": "user", "content": f"What is {index % 97} * 3?"}],
-                }
-                async with client.post(model.base_url + "/chat/completions", json=body) as reply:
-                    reply.raise_for_status()
-                    await reply.read()
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return calls / (time.perf_counter() - started)
+CASES: dict[str, Callable[[Table, argparse.Namespace], object]] = {
+    "a": lambda table, args: case_a(table, args.scratch),
+    "b": lambda table, args: latency_case(table, "(b)", 0.2, 500, 64, 1.1, args.scratch),
+    "c": lambda table, args: case_c(table, args.scratch),
+    "d": lambda table, args: case_d(table, args.scratch),
+    "replicas": lambda table, args: case_replicas(table, args.scratch, args.sample),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attempts", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument(
-        "--sample",
-        action="store_true",
-        help="also run the 10 %% sample of 100,000 rows (10,000 attempts)",
+        "--cases", default=",".join(CASES), help="comma-separated: a,b,c,d,replicas"
+    )
+    parser.add_argument("--scratch", help="directory for workspaces and run directories")
+    parser.add_argument(
+        "--sample", action="store_true", help="replicas: also the 10 %% sample of 100,000 rows"
     )
     args = parser.parse_args()
-    with FakeModelServer() as model:
-        direct = asyncio.run(direct_calls(model, args.attempts, args.concurrency))
-        small = run_engine(model, 1_000, args.attempts, args.concurrency)
-        large = run_engine(model, 100_000, args.attempts, args.concurrency)
-        sampled = run_engine(model, 100_000, None, args.concurrency) if args.sample else None
-    print(f"concurrency {args.concurrency}, {args.attempts} attempts, scripted model, 0 latency")
-    print(f"{'direct aiohttp model calls/s (limit)':<46}{direct:>10.1f}")
-    print(
-        f"{'engine attempts/s, 1,000-row dataset':<46}{small['attempts_per_s']:>10.1f}"
-        f"   ({small['attempts_per_s'] / direct:.2f}x the limit)"
-    )
-    print(f"{'engine attempts/s, 100,000-row dataset':<46}{large['attempts_per_s']:>10.1f}")
-    print(f"{'engine peak RSS MiB, 1,000 rows':<46}{small['peak_rss_mib']:>10.1f}")
-    print(
-        f"{'engine peak RSS MiB, 100,000 rows':<46}{large['peak_rss_mib']:>10.1f}"
-        f"   ({large['peak_rss_mib'] / small['peak_rss_mib']:.2f}x)"
-    )
-    if sampled:
-        print(
-            f"{'engine peak RSS MiB, 10 % of 100,000 rows':<46}"
-            f"{sampled['peak_rss_mib']:>10.1f}   ({sampled['attempts']} attempts, "
-            f"{sampled['peak_rss_mib'] / small['peak_rss_mib']:.2f}x)"
-        )
-        print(f"{'engine attempts/s, 10,000 attempts':<46}{sampled['attempts_per_s']:>10.1f}")
+    table = Table()
+    for name in args.cases.split(","):
+        CASES[name.strip()](table, args)
+    table.print()
 
 
 if __name__ == "__main__":

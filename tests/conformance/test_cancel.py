@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from .apps.behaviours import CANCELLED_MARKER
+from .apps.behaviours import CANCELLED_MARKER, SLEEPING_MARKER
 from .harness import OSMOSIS_AI, RolloutServer, Submitted, meta, new_id, wait_for_path
 
 
@@ -23,6 +23,8 @@ def test_cancel_by_ids_stops_running_rollouts_and_reports_unknown_ids(
     first = main.submit(meta(behaviour="sleep:30"))
     second = main.submit(meta(behaviour="sleep:30"))
     main.wait_health(lambda h: h["concurrency"]["running"] == 2)
+    for handle in (first, second):  # "running" may come before the coroutine's first step
+        wait_for_path(main.rollout_dir(handle.rollout_id) / "artifacts" / SLEEPING_MARKER)
     unknown = new_id()
 
     dispositions = main.cancel_ok({"ids": [first.rollout_id, second.rollout_id, unknown]})

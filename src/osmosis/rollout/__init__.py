@@ -25,7 +25,8 @@ from osmosis.rollout.types import ErrorCategory, Messages, RolloutStatus
 from osmosis.rollout.workflow import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
 
 if TYPE_CHECKING:
-    from osmosis.rollout.policy import chat, openai_client
+    from osmosis.rollout.policy import chat
+    from osmosis.rollout.policy_openai import openai_client
     from osmosis.rollout.server import create_rollout_server
 
 __all__ = [
@@ -58,7 +59,7 @@ __all__ = [
 _LAZY = {
     "create_rollout_server": "osmosis.rollout.server",
     "chat": "osmosis.rollout.policy",
-    "openai_client": "osmosis.rollout.policy",
+    "openai_client": "osmosis.rollout.policy_openai",
 }
 
 

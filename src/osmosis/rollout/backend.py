@@ -29,6 +29,9 @@ class ExecutionRequest:
     extra_fields: dict[str, Any] | None = None
     submitted_at: float = field(default_factory=time.monotonic)
     """`time.monotonic()` when the controller's request was admitted."""
+    return_trajectory: bool = False
+    """The controller takes the trajectory in the result: put it in
+    `ExecutionOutcome.trajectory` instead of writing `trajectory.json`."""
 
     def __post_init__(self) -> None:
         for name in ("agent_timeout_sec", "grader_timeout_sec"):
@@ -54,6 +57,8 @@ class ExecutionOutcome:
 
     workflow: ExecutionResult
     grader: ExecutionResult | None = None
+    trajectory: dict[str, Any] | None = None
+    """The ATIF document, when the request asked for it back (`return_trajectory`)."""
 
     @property
     def result(self) -> ExecutionResult:

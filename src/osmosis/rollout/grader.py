@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from osmosis.rollout.artifacts_dir import ArtifactsDirField
 from osmosis.rollout.configs import GraderConfig
 from osmosis.rollout.sample import RolloutSample
 
@@ -24,8 +24,8 @@ class GraderContext:
     """The rollout's directory, when known."""
     metadata: dict[str, Any] | None = None
     """The dataset row's metadata."""
-    artifacts_dir: Path | None = None
-    """The same directory the workflow wrote its artifacts to."""
+    artifacts_dir: ArtifactsDirField = ArtifactsDirField()  # noqa: RUF009 - a descriptor
+    """The same directory the workflow wrote its artifacts to (created when first read)."""
 
     def set_reward(self, reward: float) -> None:
         """Give the sample its reward: a finite number.

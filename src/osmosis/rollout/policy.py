@@ -16,11 +16,10 @@ import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import aiohttp
-import httpx
+from urllib.parse import urlsplit
 
 from osmosis.rollout.context import PolicyCall, RolloutContext, require_rollout_context
+from osmosis.rollout.http1 import Http1Client, encode_headers
 from osmosis.rollout.types import Message, Messages
 
 if TYPE_CHECKING:
@@ -28,8 +27,9 @@ if TYPE_CHECKING:
 
 # The bridge ignores the model name and pins the run's model; this one only fills the field.
 PLACEHOLDER_MODEL = "osmosis-rollout"
-_TIMEOUT_SEC = 600.0
-_TIMEOUT = httpx.Timeout(_TIMEOUT_SEC, connect=10.0)
+POLICY_TIMEOUT_SEC = 600.0
+_KEEPALIVE_SEC = 4.0  # below uvicorn's default keep-alive (5 s): never a closing connection
+_JSON = encode_headers({"Content-Type": "application/json"})
 
 
 class PolicyError(Exception):
@@ -40,30 +40,30 @@ class PolicyError(Exception):
         self.status_code = status_code
 
 
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Http1Client]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _shared_session() -> aiohttp.ClientSession:
-    # One pooled session per event loop: a connection per call would dominate fast policies,
-    # and aiohttp's pool stays cheap at the concurrency rollouts run at (httpx's does not).
+def _shared_client(origin: str) -> Http1Client:
+    # One pool of keep-alive connections per event loop and server: a connection per call
+    # would dominate fast policies, and the lean client costs a tenth of aiohttp's CPU
+    # per call (osmosis.rollout.http1).
     loop = asyncio.get_running_loop()
-    session = _sessions.get(loop)
-    if session is None or session.closed:
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=_TIMEOUT_SEC, sock_connect=10.0),
-        )
-        _sessions[loop] = session
-    return session
+    clients = _clients.get(loop)
+    if clients is None:
+        clients = _clients[loop] = {}
+    client = clients.get(origin)
+    if client is None:
+        client = clients[origin] = Http1Client(origin, keepalive_sec=_KEEPALIVE_SEC)
+    return client
 
 
 async def close_shared_client() -> None:
-    """Close this event loop's pooled session (the rollout server does so at shutdown)."""
-    session = _sessions.pop(asyncio.get_running_loop(), None)
-    if session is not None:
-        await session.close()
+    """Close this event loop's pooled connections (the rollout server does so at shutdown)."""
+    clients = _clients.pop(asyncio.get_running_loop(), None) or {}
+    for client in clients.values():
+        await client.aclose()
 
 
 async def chat(
@@ -81,80 +81,36 @@ async def chat(
     `params` pass through (temperature, tool_choice, response_format, ...).
     """
     ctx = rollout or require_rollout_context()
-    url = _completions_url(ctx)
+    url = urlsplit(_completions_url(ctx))
     body: dict[str, Any] = {"model": PLACEHOLDER_MODEL, "messages": list(messages), **params}
     if tools is not None:
         body["tools"] = list(tools)
-    headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
+    headers = _JSON + (
+        encode_headers({"Authorization": f"Bearer {ctx.api_key}"}) if ctx.api_key else b""
+    )
+    data = json.dumps(body, separators=(",", ":")).encode()
+    target = url.path + (f"?{url.query}" if url.query else "")
     started = time.perf_counter()
-    async with _shared_session().post(url, json=body, headers=headers) as response:
-        content = await response.read()
-        status = response.status
+    reply = await _shared_client(f"{url.scheme}://{url.netloc}").request(
+        "POST", target, body=data, headers=headers, timeout=POLICY_TIMEOUT_SEC
+    )
     latency_ms = (time.perf_counter() - started) * 1000
-    if status >= 400:
-        raise PolicyError(status, _error_text(content))
+    content = reply.body
+    if reply.status >= 400:
+        raise PolicyError(reply.status, _error_text(content))
     payload = json.loads(content)
     message = dict(payload["choices"][0]["message"])
-    _record(ctx, body, message, payload, latency_ms)
+    record_exchange(ctx, body, message, payload, latency_ms)
     return message
 
 
 def openai_client(rollout: RolloutContext | None = None, **kwargs: Any) -> AsyncOpenAI:
-    """An `openai.AsyncOpenAI` pointed at the rollout's policy, recording each exchange.
+    """An `openai.AsyncOpenAI` pointed at the rollout's policy, recording each exchange
+    (`osmosis.rollout.policy_openai`, which imports httpx: ~60 ms a rollout that only uses
+    `chat` should not pay on its first call)."""
+    from osmosis.rollout.policy_openai import openai_client as recorded_openai_client
 
-    client = openai_client()
-    await client.chat.completions.create(model="any", messages=[...])
-    """
-    try:
-        from openai import AsyncOpenAI
-    except ImportError as exc:  # openai is optional inside rollout environments
-        raise ImportError("openai_client() needs the openai package: pip install openai") from exc
-    ctx = rollout or require_rollout_context()
-    transport = _RecordingTransport(ctx)
-    return AsyncOpenAI(
-        base_url=ctx.chat_completions_url,
-        api_key=ctx.api_key or "unused",
-        # openai accepts classic httpx clients as well as httpx2 ones; only its stubs say no.
-        http_client=httpx.AsyncClient(transport=transport, timeout=_TIMEOUT),  # type: ignore[arg-type]
-        **kwargs,
-    )
-
-
-class _RecordingTransport(httpx.AsyncBaseTransport):
-    """Passes requests through and records non-streaming chat completions."""
-
-    def __init__(self, ctx: RolloutContext) -> None:
-        self._ctx = ctx
-        self._inner = httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        started = time.perf_counter()
-        response = await self._inner.handle_async_request(request)
-        if not request.url.path.endswith("/chat/completions") or response.status_code >= 400:
-            return response
-        try:
-            body = json.loads(request.content)
-        except ValueError:
-            return response
-        if body.get("stream"):
-            return response  # streamed replies are passed through unrecorded
-        content = await response.aread()
-        latency_ms = (time.perf_counter() - started) * 1000
-        try:
-            payload = json.loads(content)
-            _record(self._ctx, body, dict(payload["choices"][0]["message"]), payload, latency_ms)
-        except (ValueError, KeyError, IndexError, TypeError):
-            pass  # recording is best effort; the caller still gets the response
-        return httpx.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            content=content,
-            request=request,
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    return recorded_openai_client(rollout, **kwargs)
 
 
 def _completions_url(ctx: RolloutContext) -> str:
@@ -163,7 +119,7 @@ def _completions_url(ctx: RolloutContext) -> str:
     return ctx.chat_completions_url.rstrip("/") + "/chat/completions"
 
 
-def _record(
+def record_exchange(
     ctx: RolloutContext, body: dict[str, Any], message: Message, payload: Any, latency_ms: float
 ) -> None:
     usage = payload.get("usage") or {} if isinstance(payload, dict) else {}

@@ -16,6 +16,28 @@ from osmosis.rollout.types import ErrorCategory, Messages, RolloutStatus
 LEASE_HEADER = "X-Osmosis-Rollout-Lease"
 INSTANCE_HEADER = "x-osmosis-rollout-instance-id"
 SDK_VERSION_HEADER = "x-osmosis-rollout-sdk-version"
+WAIT_HEADER = "X-Osmosis-Rollout-Wait"
+"""Optional, `terminal`. On a result poll it asks our server to long-poll until the rollout
+is finished (or the wait times out) instead of answering each status change. On
+`POST /rollout` it asks our server to hold its 202 open: the status line and headers go out
+at once, with the lease in `LEASE_HEADER` and this header echoed, and the body follows when
+the rollout is finished (the terminal result, as a poll would answer it) or when the wait
+times out (the usual admission body; poll with the lease from there). One exchange per
+attempt instead of two. Servers built on `osmosis-ai` ignore it and answer as always."""
+
+TRAJECTORY_HEADER = "X-Osmosis-Rollout-Trajectory"
+"""Optional on `POST /rollout`, `inline`: our server puts the rollout's ATIF trajectory in
+its terminal result (a top-level `trajectory` object) instead of writing `trajectory.json`
+beside its artifacts. A result read again after its controller collected it carries none.
+Servers built on `osmosis-ai` ignore it (the controller then reads the file)."""
+
+COLLECTED_HEADER = "X-Osmosis-Rollout-Collected"
+"""Optional on `POST /rollout`: a comma-separated list of rollout ids whose terminal result
+this controller has received and will not read again. Our server forgets them at once
+instead of keeping each for the re-read window (`collected_result_retention_sec`), so what
+it holds stays in proportion to the rollouts in flight, not to the run's rate. An id the
+server does not know, or whose result nobody has read yet, is left alone. Servers built on
+`osmosis-ai` ignore it."""
 
 
 def check_path_segment(value: str, *, label: str) -> str:

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from osmosis.rollout.types import Messages
 
@@ -38,9 +38,14 @@ class RolloutSample(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_trajectory(cls, data: Any) -> Any:
+    def _default_trajectory(cls, data: Any, info: ValidationInfo) -> Any:
         # An explicit None must survive (it disables the trajectory); only absence copies.
-        if isinstance(data, dict) and "trajectory_messages" not in data:
+        # A sample read off the wire (WIRE context) never writes a trajectory: no copy.
+        if (
+            isinstance(data, dict)
+            and "trajectory_messages" not in data
+            and not (info.context and info.context.get("wire"))
+        ):
             data = {**data, "trajectory_messages": copy.deepcopy(data.get("messages") or [])}
         return data
 
@@ -56,6 +61,11 @@ class RolloutSample(BaseModel):
             metrics=_json_safe(self.metrics),
             extra_fields=_json_safe(self.extra_fields),
         )
+
+
+WIRE = {"wire": True}
+"""Validation context for a result read off the wire (`model_validate_json(body,
+context=WIRE)`): its sample keeps `trajectory_messages` None instead of copying messages."""
 
 
 def _json_safe(values: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,19 +79,64 @@ def build_trajectory(
 
 
 def write_trajectory(path: Path, document: Mapping[str, Any]) -> None:
-    """Write atomically, best effort: a trajectory must never change a rollout's outcome."""
+    """Write atomically, best effort: a trajectory must never change a rollout's outcome.
+
+    One writer per trajectory (one rollout), so the temporary name beside it is fixed.
+    """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         # One dumps and one write: json.dump to a temp file writes chunk by chunk, which
-        # cost more than the rest of a fast rollout.
-        text = json.dumps(document, default=_fallback, allow_nan=False)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=path.parent, prefix=".trajectory-", suffix=".tmp", delete=False
-        ) as tmp:
-            tmp.write(text)
-        os.replace(tmp.name, path)
+        # cost more than the rest of a fast rollout; tempfile's random names cost ~80 us more.
+        replace_bytes(path, json.dumps(document, default=_fallback, allow_nan=False).encode())
     except (OSError, TypeError, ValueError):
         logger.warning("could not write trajectory %s", path, exc_info=True)
+
+
+# Truncating, not exclusive: a leftover from a rollout server killed mid-write is replaced.
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically (a temporary file beside it, then a rename),
+    without an fsync; creates the folder on its first file. The temporary name is fixed, so
+    one writer per path; a link planted at that name is not followed."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    _write_all(_open_for_writing(tmp), data)
+    os.replace(tmp, path)
+
+
+def write_bytes_in_place(path: Path, data: bytes) -> None:
+    """Create or truncate `path` and write `data` to it: no temporary file, no rename, no
+    fsync. For a file whose commit point is elsewhere (a run journal line written after it):
+    a write torn by a crash belongs to an attempt the journal does not hold, rewritten on
+    resume. Why not `replace_bytes`: on ext4 a rename per file made each later fsync of the
+    journal cost ~0.8 ms of CPU per renamed file, against ~0.03 ms written in place. A link
+    planted at `path` is not followed: it is replaced, through `replace_bytes`."""
+    try:
+        fd = _open_for_writing(path)
+    except OSError as error:
+        if error.errno != errno.ELOOP:  # ELOOP: a link at `path`
+            raise
+        replace_bytes(path, data)
+        return
+    _write_all(fd, data)
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_for_writing(path: Path) -> int:
+    try:
+        return os.open(path, _CREATE, 0o644)
+    except FileNotFoundError:  # the folder's first file: one mkdir, not one per file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, _CREATE, 0o644)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd`, then close it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _take_matching_call(calls: list[PolicyCall], message: Message) -> PolicyCall | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from osmosis.rollout.artifacts_dir import ArtifactsDirField
 from osmosis.rollout.configs import AgentWorkflowConfig
 from osmosis.rollout.types import Message, Messages
 
@@ -53,8 +53,9 @@ class AgentWorkflowContext(Generic[TConfig]):
     """A deep copy of the backend's workflow config, private to this rollout."""
     metadata: dict[str, Any] | None = None
     """The dataset row's metadata."""
-    artifacts_dir: Path | None = None
-    """A directory for files this attempt produces; check for None before writing."""
+    artifacts_dir: ArtifactsDirField = ArtifactsDirField()  # noqa: RUF009 - a descriptor
+    """A directory for files this attempt produces (created when first read); check for None
+    before writing."""
 
     async def chat(
         self, messages: Messages, *, tools: list[dict[str, Any]] | None = None, **params: Any
@@ -69,7 +70,7 @@ class AgentWorkflowContext(Generic[TConfig]):
 
     def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` client bound to this rollout's policy URL and key."""
-        from osmosis.rollout.policy import openai_client
+        from osmosis.rollout.policy_openai import openai_client
 
         return openai_client(**kwargs)
 

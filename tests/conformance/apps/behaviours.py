@@ -25,6 +25,9 @@ from typing import Any
 # Written into ctx.artifacts_dir by `sleep:<s>` when the workflow is cancelled, so a test can see
 # from outside that the server really stopped the running coroutine.
 CANCELLED_MARKER = "cancelled.txt"
+# Written by `sleep:<s>` once the workflow is inside its sleep: a server may count a rollout as
+# running before its coroutine first runs, and a cancel then lands before the `try` below.
+SLEEPING_MARKER = "sleeping.txt"
 # What `artifact` writes under ctx.artifacts_dir (relative path -> text).
 ARTIFACT_FILES = {
     "note.txt": "written by the conformance workflow\n",
@@ -137,6 +140,8 @@ async def run_workflow(
         return _messages(ctx, _answer(ctx))
     if name == "sleep":
         try:
+            if ctx.artifacts_dir is not None:
+                _write(Path(ctx.artifacts_dir) / SLEEPING_MARKER, "sleeping\n")
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
             if ctx.artifacts_dir is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import statistics
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -14,12 +13,10 @@ from typing import Any
 
 import pytest
 
-from osmosis.eval import intervals, metrics
 from osmosis.eval.metrics import (
     EXTRA_SUMMARY_KEYS,
     REFERENCE_SUMMARY_KEYS,
     RowTally,
-    bootstrap_ci,
     pass_at_k,
     pass_at_k_estimate,
     pass_hat_k,
@@ -410,184 +407,127 @@ def test_reward_stats_population_std_and_single_value() -> None:
 # --------------------------------------------------------------------------- intervals
 
 
-def test_an_all_pass_run_has_the_interval_one_to_one() -> None:
-    summary = summarize(attempts([[1.0, 1.0, 1.0]] * 20))
+@pytest.mark.parametrize("path", GOLDEN_CASES, ids=lambda path: path.stem)
+def test_summary_intervals_match_the_hand_computed_golden_values(path: Path) -> None:
+    case = json.loads(path.read_text(encoding="utf-8"))
 
-    for name in ("pass_rate", "mean_reward"):
+    summary = summarize(case["index"], pass_threshold=case["pass_threshold"])
+
+    for name, expected in case["intervals"].items():
         interval = summary["confidence_intervals"][name]
-        assert (interval["low"], interval["estimate"], interval["high"]) == (1.0, 1.0, 1.0)
+        if expected is None:
+            assert interval is None
+            continue
+        assert interval["method"] == expected["method"]
+        assert interval["effective_n"] == pytest.approx(expected["effective_n"])
+        assert interval["low"] == pytest.approx(expected["low"], abs=1e-6)
+        assert interval["high"] == pytest.approx(expected["high"], abs=1e-6)
+        assert interval["level"] == 0.95
 
 
-def test_interval_estimates_match_the_summary() -> None:
+def test_three_rows_that_all_pass_are_no_proof_of_a_perfect_pass_rate() -> None:
+    # The case: the old row bootstrap said "95% CI 1.000 to 1.000" here.
+    for n in (1, 4):
+        interval = summarize(attempts([[1.0] * n] * 3))["confidence_intervals"]["pass_rate"]
+
+        assert interval["estimate"] == interval["high"] == 1.0
+        assert interval["low"] < 0.5  # 0.4385: Wilson on 3 rows, however many attempts each
+
+
+def test_an_all_fail_run_keeps_an_upper_bound_well_above_zero() -> None:
+    summary = summarize(attempts([["fail"]] * 3 + [[0.0]] * 2))
+
+    interval = summary["confidence_intervals"]["pass_rate"]
+    assert interval["low"] == interval["estimate"] == 0.0
+    assert interval["high"] > 0.4  # z^2 / (5 + z^2) = 0.4345
+    reward = summary["confidence_intervals"]["mean_reward"]
+    assert (reward["low"], reward["high"]) == (0.0, pytest.approx(3.841459 / 5.841459))
+
+
+def test_every_interval_names_its_method_and_the_bootstrap_only_where_it_ran() -> None:
     summary = summarize(load("local_smoke_run_5x2")["index"])
     intervals = summary["confidence_intervals"]
 
     assert intervals["pass_rate"]["estimate"] == summary["pass_rate"]
     assert intervals["mean_reward"]["estimate"] == pytest.approx(summary["reward_stats"]["mean"])
-    described = {
-        key: intervals["pass_rate"][key] for key in ("level", "method", "resamples", "seed")
-    }
-    assert described == {
-        "level": 0.95,
-        "method": "bootstrap",
-        "resamples": 2000,
-        "seed": metrics.DEFAULT_SEED,
-    }
+    for interval in intervals.values():
+        assert set(interval) == {
+            "estimate",
+            "low",
+            "high",
+            "level",
+            "method",
+            "resamples",
+            "seed",
+            "effective_n",
+        }
+        assert (interval["method"], interval["resamples"], interval["seed"]) == (
+            "wilson_cluster",
+            0,
+            None,
+        )
 
 
-def random_rows(seed: int, count: int, attempts_per_row: int) -> list[tuple[float, float]]:
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        skill = rng.random()
-        n = rng.randint(1, attempts_per_row)
-        rows.append((float(sum(rng.random() < skill for _ in range(n))), float(n)))
-    return rows
+def test_attempts_of_a_row_count_as_one_row_when_they_agree() -> None:
+    # Ten rows always pass and ten always fail, four attempts each: as informative as 20 rows,
+    # not 80 attempts, so the interval is about twice (sqrt(4)) as wide as the naive one.
+    clustered = summarize(attempts([[1.0] * 4] * 10 + [[0.0] * 4] * 10))
+    single = summarize(attempts([[1.0]] * 10 + [[0.0]] * 10))
+    naive = summarize(attempts([[1.0]] * 40 + [[0.0]] * 40))
+
+    def width(summary: dict[str, Any]) -> float:
+        interval = summary["confidence_intervals"]["pass_rate"]
+        return float(interval["high"] - interval["low"])
+
+    assert clustered["confidence_intervals"]["pass_rate"]["effective_n"] == 20
+    assert width(clustered) == pytest.approx(width(single))
+    assert 1.8 < width(clustered) / width(naive) < 2.2
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_an_interval_contains_its_point_estimate(seed: int) -> None:
-    rows = random_rows(seed, count=5 + 7 * seed, attempts_per_row=4)
-    skewed = [(1.0, 1.0)] + [(0.0, 1.0)] * (20 + seed)
-    rng = random.Random(seed)
-    continuous = [(rng.random() * 3, 3.0) for _ in range(15)]
-    identical = [(0.7, 3.0)] * 9
+def test_independent_looking_attempts_earn_up_to_the_attempt_count() -> None:
+    # Every row passes half its attempts: nothing clusters, so n_eff is every attempt.
+    summary = summarize(attempts([[1.0, 0.0, 1.0, 0.0]] * 5))
 
-    for data in (rows, skewed, continuous, identical):
-        for method in ("bootstrap", "normal"):
-            ci = bootstrap_ci(data, method=method, resamples=500)
-            assert ci.low <= ci.estimate <= ci.high
-            # A ratio of row sums is a weighted mean of row ratios (up to float rounding).
-            assert min(x / y for x, y in data) - 1e-12 <= ci.low
-            assert ci.high <= max(x / y for x, y in data) + 1e-12
+    assert summary["confidence_intervals"]["pass_rate"]["effective_n"] == 20
 
 
-def test_the_same_input_and_seed_give_the_same_interval() -> None:
-    rows = random_rows(11, count=40, attempts_per_row=4)
-    shuffled = rows[:]
-    random.Random(3).shuffle(shuffled)
+def test_rewards_outside_zero_to_one_use_t_on_few_rows_and_the_bootstrap_on_many() -> None:
+    few = summarize(attempts([[3.0], [5.0], [4.0]]))
+    many = summarize(attempts([[float(row % 7)] for row in range(40)]))
+    alike = summarize(attempts([[5.0], [5.0]]))
 
-    first = bootstrap_ci(rows)
-    assert bootstrap_ci(rows) == first
-    assert bootstrap_ci(shuffled) == first  # the row order does not matter either
-    assert bootstrap_ci(rows, seed=first.seed + 1) != first
-
-
-def test_summaries_are_deterministic() -> None:
-    rows = attempts([[random.Random(row).random() for _ in range(3)] for row in range(30)])
-
-    assert summarize(rows) == summarize(rows)
-    assert summarize(rows, seed=1) != summarize(rows, seed=2)
-
-
-def test_resampling_rows_keeps_their_attempts_together() -> None:
-    # Ten rows always pass and ten always fail, four attempts each. Attempts of a row are not
-    # independent, so the row bootstrap must be about twice (sqrt(4)) as wide as one that
-    # pretends the 80 attempts were independent.
-    rows = [(4.0, 4.0)] * 10 + [(0.0, 4.0)] * 10
-    as_if_independent = [(1.0, 1.0)] * 40 + [(0.0, 1.0)] * 40
-
-    clustered = bootstrap_ci(rows)
-    naive = bootstrap_ci(as_if_independent)
-
-    assert clustered.estimate == naive.estimate == 0.5
-    width_ratio = (clustered.high - clustered.low) / (naive.high - naive.low)
-    assert 1.6 < width_ratio < 2.4
+    interval = few["confidence_intervals"]["mean_reward"]
+    assert interval["method"] == "t_cluster"
+    assert (interval["low"], interval["high"]) == (
+        pytest.approx(1.515862, abs=1e-6),
+        pytest.approx(6.484138, abs=1e-6),
+    )
+    assert many["confidence_intervals"]["mean_reward"]["method"] == "bootstrap"
+    assert many["confidence_intervals"]["mean_reward"]["resamples"] == 2000
+    # Every row scored 5 with no bound on rewards: no honest interval exists, so none is given.
+    assert alike["confidence_intervals"]["mean_reward"] is None
+    # The pass rate stays a proportion whatever the reward scale.
+    assert few["confidence_intervals"]["pass_rate"]["method"] == "wilson"
 
 
-def test_the_summary_interval_resamples_rows_not_attempts() -> None:
-    summary = summarize(attempts([[1.0] * 4] * 10 + [[0.0] * 4] * 10))
-
-    assert summary["confidence_intervals"]["pass_rate"] == (
-        bootstrap_ci([(4.0, 4.0)] * 10 + [(0.0, 4.0)] * 10).as_dict()
+def test_summaries_are_deterministic_and_the_seed_matters_only_to_a_bootstrap() -> None:
+    bounded = attempts([[random.Random(row).random() for _ in range(3)] for row in range(30)])
+    unbounded = attempts(
+        [[random.Random(row).random() * 10 for _ in range(3)] for row in range(30)]
     )
 
-
-def test_a_bootstrap_pass_rate_interval_has_the_textbook_width() -> None:
-    # 50 passes in 100 single-attempt rows: the standard error is 0.05, the interval ~ +-0.098.
-    ci = bootstrap_ci([(1.0, 1.0)] * 50 + [(0.0, 1.0)] * 50)
-
-    assert ci.low == pytest.approx(0.402, abs=0.02)
-    assert ci.high == pytest.approx(0.598, abs=0.02)
+    assert summarize(bounded) == summarize(bounded)
+    assert summarize(bounded, seed=1) == summarize(bounded, seed=2)
+    assert summarize(unbounded, seed=1) != summarize(unbounded, seed=2)
 
 
-def test_the_normal_form_agrees_with_the_bootstrap_on_a_moderate_sample() -> None:
-    rows = random_rows(5, count=300, attempts_per_row=4)
+def test_a_narrower_level_gives_a_narrower_summary_interval() -> None:
+    rows = attempts([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]])
 
-    bootstrap = bootstrap_ci(rows, method="bootstrap")
-    normal = bootstrap_ci(rows, method="normal")
+    wide = summarize(rows, level=0.99)["confidence_intervals"]["pass_rate"]
+    narrow = summarize(rows, level=0.8)["confidence_intervals"]["pass_rate"]
 
-    assert normal.method == "normal" and normal.resamples == 0
-    assert normal.low == pytest.approx(bootstrap.low, abs=0.01)
-    assert normal.high == pytest.approx(bootstrap.high, abs=0.01)
-
-
-def test_auto_bootstraps_binary_rows_and_switches_only_for_many_distinct_rows() -> None:
-    binary = [(1.0, 1.0)] * 60_000 + [(0.0, 1.0)] * 40_000
-    distinct = [(random.Random(i).random(), 1.0) for i in range(5_000)]
-
-    assert bootstrap_ci(binary).method == "bootstrap"
-    assert bootstrap_ci(distinct[:200]).method == "bootstrap"
-    assert bootstrap_ci(distinct).method == "normal"
-
-
-def test_a_narrower_level_gives_a_narrower_interval() -> None:
-    rows = random_rows(2, count=50, attempts_per_row=3)
-
-    wide = bootstrap_ci(rows, level=0.99)
-    narrow = bootstrap_ci(rows, level=0.8)
-
-    assert wide.low <= narrow.low <= narrow.high <= wide.high
-
-
-@pytest.mark.parametrize(
-    ("rows", "options", "message"),
-    [
-        ([], {}, "at least one row"),
-        ([(1.0, 0.0)], {}, "positive denominator"),
-        ([(math.nan, 1.0)], {}, "finite numerator"),
-        ([(1.0, 1.0)], {"level": 1.0}, "level"),
-        ([(1.0, 1.0)], {"resamples": 0}, "resamples"),
-    ],
-)
-def test_bootstrap_ci_refuses_bad_input(
-    rows: list[tuple[float, float]], options: dict[str, Any], message: str
-) -> None:
-    with pytest.raises(ValueError, match=message):
-        bootstrap_ci(rows, **options)
-
-
-@pytest.mark.parametrize(
-    ("trials", "p"), [(7, 0.3), (40, 0.1), (40, 0.4), (500, 0.8), (10**6, 0.5)]
-)
-def test_the_binomial_sampler_has_the_right_mean_and_variance(trials: int, p: float) -> None:
-    rng = random.Random(17)
-    draws = [intervals._binomial(rng, trials, p) for _ in range(20_000)]
-
-    assert all(0 <= draw <= trials for draw in draws)
-    sd = math.sqrt(trials * p * (1 - p))
-    assert statistics.fmean(draws) == pytest.approx(trials * p, abs=4 * sd / math.sqrt(20_000))
-    assert statistics.pvariance(draws) == pytest.approx(sd * sd, rel=0.05)
-
-
-def test_the_binomial_sampler_matches_the_exact_distribution() -> None:
-    rng = random.Random(23)
-    trials, p, count = 40, 0.4, 40_000  # n*p = 16: the rejection sampler's regime
-    seen = [0] * (trials + 1)
-    for _ in range(count):
-        seen[intervals._binomial(rng, trials, p)] += 1
-
-    exact = [math.comb(trials, k) * p**k * (1 - p) ** (trials - k) for k in range(trials + 1)]
-    distance = sum(abs(seen[k] / count - exact[k]) for k in range(trials + 1)) / 2
-    assert distance < 0.02
-
-
-def test_the_binomial_sampler_edges() -> None:
-    rng = random.Random(0)
-
-    assert intervals._binomial(rng, 0, 0.5) == 0
-    assert intervals._binomial(rng, 9, 0.0) == 0
-    assert intervals._binomial(rng, 9, 1.0) == 9
+    assert wide["low"] < narrow["low"] <= narrow["high"] < wide["high"]
 
 
 # --------------------------------------------------------------------------- platform shapes

@@ -49,21 +49,39 @@ def test_unknown_name_raises_attribute_error():
         raise AssertionError("expected AttributeError")
 
 
+def loaded_after(imports: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter holds after running `imports`."""
+    code = f"import sys; {imports}; print(','.join(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [name for name in out.stdout.strip().split(",") if name]
+
+
 def test_cli_start_up_imports_nothing_heavy():
     # `osmosis --help` must answer fast: no web framework, dataframe or model library at start.
-    code = (
-        "import sys; from osmosis.cli.main import app; "
-        "heavy = [m for m in ('fastapi', 'uvicorn', 'pyarrow', 'litellm', 'openai', 'pydantic', "
-        "'httpx', 'sqlalchemy') if m in sys.modules]; print(','.join(heavy))"
+    heavy = (
+        "fastapi",
+        "uvicorn",
+        "pyarrow",
+        "litellm",
+        "openai",
+        "pydantic",
+        "httpx",
+        "sqlalchemy",
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert loaded_after("from osmosis.cli.main import app", heavy) == []
 
 
 def test_importing_the_sdk_does_not_load_the_server_stack():
-    code = (
-        "import sys, osmosis; osmosis.AgentWorkflow; "
-        "print(','.join(m for m in ('fastapi', 'uvicorn') if m in sys.modules))"
+    assert loaded_after("import osmosis; osmosis.AgentWorkflow", ("fastapi", "uvicorn")) == []
+
+
+def test_a_rollout_that_only_chats_does_not_import_httpx():
+    """`ctx.chat` goes through the lean client; httpx (~60 ms with what it pulls in) is for
+    `openai_client()` only, and used to be imported on every run's first model call."""
+    imports = (
+        "from osmosis.rollout.policy import chat; "
+        "from osmosis.rollout.server import create_rollout_server"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert loaded_after(imports, ("httpx",)) == []
+    # The check can see httpx: openai_client's module does import it.
+    assert loaded_after("import osmosis.rollout.policy_openai", ("httpx",)) == ["httpx"]
