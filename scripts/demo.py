@@ -3,8 +3,10 @@
 1. start the embedded platform (fresh home under `.demo/`) on a free loopback port;
 2. copy `examples/workspace` into a git repository whose `origin` is a local bare repository,
    and push it (the platform clones the pushed commit, as it would from GitHub);
-3. upload the dataset, submit the eval (local SmolLM2 model), follow it to the end;
-4. print `osmosis eval info` and download everything under `.osmosis/evals/<run>/`.
+3. upload `data/add.jsonl`, submit `configs/eval/add.toml` (one-digit sums, 4 attempts per row,
+   on the local SmolLM2 model), follow it to the end;
+4. print `osmosis eval info`, the headline numbers (pass rate, pass@1 against pass@4, wall
+   time), and download everything under `.osmosis/evals/<run>/`.
 
 The server is stopped at the end; its data stays in `.demo/home`
 (`OSMOSIS_HOME=.demo/home osmosis server start` serves it again, dashboard included).
@@ -25,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = Path(os.environ.get("OSMOSIS_DEMO_DIR", REPO / ".demo")).resolve()
 OSMOSIS = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 TERMINAL = {"finished", "failed", "stopped"}
+CONFIG = "configs/eval/add.toml"
+DATASET = "data/add.jsonl"
 
 
 def free_port() -> int:
@@ -84,7 +88,20 @@ def follow(name: str, workspace: Path, env: dict[str, str]) -> str:
         time.sleep(1)
 
 
+def headline(name: str, workspace: Path, env: dict[str, str], seconds: float) -> str:
+    """The numbers the demo is for, from `eval info --json`: pass rate and pass@k."""
+    info = json.loads(osmosis("--json", "eval", "info", name, cwd=workspace, env=env, capture=True))
+    results = info["data"]["results"]
+    at = {int(p["k"]): float(p["value"]) for p in results.get("pass_at_k") or []}
+    shown = " · ".join(f"pass@{k} {value:.3f}" for k, value in sorted(at.items()))
+    return (
+        f"pass rate {results['pass_rate']:.1%} ({results['passed']}/{results['graded']} "
+        f"attempts) · {shown} · {seconds:.0f} s wall time"
+    )
+
+
 def main() -> int:
+    began = time.monotonic()
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
@@ -100,15 +117,15 @@ def main() -> int:
     print(f"== starting the platform (home {DEMO / 'home'})", flush=True)
     osmosis("server", "start", "--detach", "--port", str(free_port()), cwd=DEMO, env=env)
     try:
-        print("== uploading data/multiply.jsonl", flush=True)
-        osmosis("dataset", "upload", "data/multiply.jsonl", "-y", cwd=workspace, env=env)
-        print("== submitting configs/eval/multiply.toml (local SmolLM2 model)", flush=True)
+        print(f"== uploading {DATASET}", flush=True)
+        osmosis("dataset", "upload", DATASET, "-y", cwd=workspace, env=env)
+        print(f"== submitting {CONFIG} (local SmolLM2 model, 4 attempts per row)", flush=True)
         submitted = json.loads(
             osmosis(
                 "--json",
                 "eval",
                 "submit",
-                "configs/eval/multiply.toml",
+                CONFIG,
                 "-y",
                 cwd=workspace,
                 env=env,
@@ -121,6 +138,8 @@ def main() -> int:
         osmosis("eval", "info", name, cwd=workspace, env=env)
         osmosis("eval", "download", name, "--type", "all", "-y", cwd=workspace, env=env)
         print(f"\nDownloaded to {workspace / '.osmosis' / 'evals' / name}")
+        if status == "finished":
+            print(f"== {name}: {headline(name, workspace, env, time.monotonic() - began)}")
         return 0 if status == "finished" else 1
     finally:
         osmosis("server", "stop", cwd=DEMO, env=env, capture=True)

@@ -25,6 +25,7 @@ from osmosis._version import __version__
 from osmosis.platform.schemas import (
     Health,
     MemberAdd,
+    MemberUpdate,
     SecretCreate,
     SecretList,
     SecretPublic,
@@ -34,9 +35,15 @@ from osmosis.platform.schemas import (
     TokenPublic,
     UserCreate,
     UserCreated,
+    UserDeactivated,
     UserList,
+    UserPublic,
     WhoAmI,
+    WorkspaceCreate,
+    WorkspaceList,
+    WorkspaceMemberPublic,
     WorkspacePublic,
+    WorkspaceUpdate,
 )
 from osmosis.platform.schemas.datasets import (
     SHA256_HEADER,
@@ -58,6 +65,9 @@ from osmosis.platform.schemas.runs import (
     EvalRunRetry,
     EvalRunStop,
     FileManifest,
+    ImportFileState,
+    RunImportCreate,
+    RunImportSession,
 )
 
 __all__ = ["PlatformAPIError", "PlatformClient", "check_platform_url", "is_loopback"]
@@ -167,9 +177,37 @@ class PlatformClient:
         params = {"limit": limit, "offset": offset}
         return self._call("GET", "/api/admin/users", UserList, params=params)
 
-    def create_token(self, *, user_id: str, name: str = "default") -> TokenCreated:
+    def create_token(
+        self, *, user_id: str, name: str = "default", expires_in: int | str | None = None
+    ) -> TokenCreated:
+        """Issue a token for a user (admin); `expires_in`: seconds, "never", or None for the
+        server's default lifetime."""
         path = f"/api/admin/users/{quote(user_id, safe='')}/tokens"
-        return self._call("POST", path, TokenCreated, body=TokenCreate(name=name))
+        body = TokenCreate.model_validate({"name": name, "expires_in": expires_in})
+        return self._call("POST", path, TokenCreated, body=body)
+
+    def deactivate_user(self, *, user: str) -> UserDeactivated:
+        """Stop a user's tokens and sessions at once (admin); `user`: id, name or email."""
+        path = f"/api/admin/users/{quote(user, safe='')}/deactivate"
+        return self._call("POST", path, UserDeactivated)
+
+    def reactivate_user(self, *, user: str) -> UserPublic:
+        path = f"/api/admin/users/{quote(user, safe='')}/reactivate"
+        return self._call("POST", path, UserPublic)
+
+    def create_own_token(
+        self, *, name: str = "default", expires_in: int | str | None = None
+    ) -> TokenCreated:
+        """A new token of the caller's (never outliving the token this client presents)."""
+        body = TokenCreate.model_validate({"name": name, "expires_in": expires_in})
+        return self._call("POST", "/api/auth/tokens", TokenCreated, body=body)
+
+    def list_own_tokens(self) -> TokenList:
+        return self._call("GET", "/api/auth/tokens", TokenList)
+
+    def revoke_own_token(self, *, token_id: str) -> TokenPublic:
+        """Revoke one of the caller's tokens by id (another user's id is NOT_FOUND)."""
+        return self._call("DELETE", f"/api/auth/tokens/{quote(token_id, safe='')}", TokenPublic)
 
     def list_tokens(self, *, user_id: str) -> TokenList:
         path = f"/api/admin/users/{quote(user_id, safe='')}/tokens"
@@ -186,13 +224,43 @@ class PlatformClient:
         """The workspace for `git`, created with the caller as owner on first use."""
         return self._call("GET", "/api/workspace", WorkspacePublic, headers=_git(git))
 
+    def create_workspace(self, *, identity: str, owner: str | None = None) -> WorkspacePublic:
+        """Create the workspace of an origin identity; an admin may name its `owner`."""
+        body = WorkspaceCreate(identity=identity, owner=owner)
+        return self._call("POST", "/api/workspaces", WorkspacePublic, body=body)
+
+    def update_workspace(self, *, git: str, sandbox_network: str | None) -> WorkspacePublic:
+        """Set the workspace's sandbox network (`bridge`, `full`, or None for the platform's
+        default); admins only."""
+        body = WorkspaceUpdate.model_validate({"sandbox_network": sandbox_network})
+        return self._call("PATCH", "/api/workspace", WorkspacePublic, body=body, headers=_git(git))
+
+    def list_workspaces(self) -> WorkspaceList:
+        return self._call("GET", "/api/workspaces", WorkspaceList)
+
     def add_workspace_member(
-        self, *, git: str, user_id: str | None = None, email: str | None = None
+        self,
+        *,
+        git: str,
+        user_id: str | None = None,
+        email: str | None = None,
+        role: str = "member",
     ) -> WorkspacePublic:
-        body = MemberAdd(user_id=user_id, email=email)
+        body = MemberAdd.model_validate({"user_id": user_id, "email": email, "role": role})
         return self._call(
             "POST", "/api/workspace/members", WorkspacePublic, body=body, headers=_git(git)
         )
+
+    def set_workspace_member_role(self, *, git: str, member: str, role: str) -> WorkspacePublic:
+        """Make a member (id, name or email) an owner or a member; owners only."""
+        path = f"/api/workspace/members/{quote(member, safe='')}"
+        body = MemberUpdate.model_validate({"role": role})
+        return self._call("PATCH", path, WorkspacePublic, body=body, headers=_git(git))
+
+    def remove_workspace_member(self, *, git: str, member: str) -> WorkspaceMemberPublic:
+        """Remove a member (owners only), or leave when `member` is the caller."""
+        path = f"/api/workspace/members/{quote(member, safe='')}"
+        return self._call("DELETE", path, WorkspaceMemberPublic, headers=_git(git))
 
     def list_secrets(
         self, *, git: str, scope: str = "all", limit: int = 50, offset: int = 0
@@ -453,6 +521,47 @@ class PlatformClient:
         }
         params.update({key: value for key, value in optional.items() if value is not None})
         return self._call("GET", _run_path(run, "attempts"), AttemptList, params=params)
+
+    # -- imports of local runs (`eval upload`; `git` is the workspace identity) ---------------
+    def start_run_import(self, *, git: str, body: RunImportCreate) -> RunImportSession:
+        """Start or resume the upload of a finished local run; send its `pending` files.
+
+        session = client.start_run_import(git="o/r", body=RunImportCreate(...))
+        """
+        return self._call(
+            "POST", "/api/eval-runs/imports", RunImportSession, body=body, headers=_git(git)
+        )
+
+    def upload_run_import_file(
+        self, session_id: str, path: str, file: Path, *, size: int, chunk_size: int = 1 << 20
+    ) -> ImportFileState:
+        """Stream `file` as the declared `path` of the session (exactly `size` bytes)."""
+        url_path = (
+            f"/api/eval-runs/imports/{quote(session_id, safe='')}/files/{quote(path, safe='/')}"
+        )
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=3600.0)
+        try:
+            return self._call(
+                "PUT",
+                url_path,
+                ImportFileState,
+                headers=headers,
+                content=_file_chunks(file, size, chunk_size),
+                timeout=timeout,
+            )
+        except _FileChanged as error:
+            raise PlatformAPIError(
+                f"{file} changed while it was being uploaded: {error}",
+                code="VALIDATION",
+                details={"file": str(file)},
+            ) from None
+
+    def finalize_run_import(self, session_id: str) -> RunImportSession:
+        """Check the uploaded run on the server and store it as a finished run."""
+        path = f"/api/eval-runs/imports/{quote(session_id, safe='')}/finalize"
+        timeout = httpx.Timeout(self._http.timeout.connect, read=300.0)
+        return self._call("POST", path, RunImportSession, timeout=timeout)
 
     # -- plumbing ----------------------------------------------------------------------
     def _call(

@@ -10,10 +10,17 @@ Identity forms (`normalise_identity`):
   hostless, lower-cased `owner/repo`.
 - Any other host: `host/path`, host lower-cased, path kept as written (servers other than
   GitHub may be case-sensitive), without user, password, port or a trailing `.git`.
-  The port is dropped so that the ssh and https URLs of one repository agree.
+  The port is dropped so that the ssh and https URLs of one repository agree. One exception:
+  a two-part `host/repo` whose host has no dot (`ssh://gitserver/Repo`) reads exactly like
+  GitHub's `owner/repo`, so it is lower-cased as GitHub's is.
 - A local path or a `file://` URL: `file://` + the absolute, symlink-resolved path with a
   trailing `.git` removed, e.g. `/srv/git/ws.git` -> `file:///srv/git/ws`. A relative path
   is taken relative to the work tree, as git does for a remote added from the top level.
+- git's `transport::address` remotes (`ext::…`, `fd::…`) name no repository and are refused.
+
+The platform does not trust the identity a client sends: `canonical_identity` brings any
+spelling (`…/alice.git`, `…/alice/`, an upper-case host, a URL) to the one form above, and
+`canonical_identity(normalise_identity(url)) == normalise_identity(url)` for every URL.
 
 Standard library and the `git` executable only: every CLI command may import this.
 """
@@ -30,6 +37,7 @@ __all__ = [
     "REQUIRED_DIRS",
     "Workspace",
     "WorkspaceError",
+    "canonical_identity",
     "create_missing_dirs",
     "find_top_level",
     "missing_dirs",
@@ -49,6 +57,8 @@ ORIGIN_HINT = "git remote add origin <url>   (any git URL or a local path works)
 # url.c / connect.c): `./a:b` and `/a:b` are paths, `host:a/b` is SSH.
 _SCP = re.compile(r"^(?:(?P<user>[^@/]+)@)?(?P<host>[^:/]+):(?P<path>.+)$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# A host: no blank, no path or user separator (the URL parser already took those apart).
+_HOST = re.compile(r"^[^\s/@]+$")
 
 
 class WorkspaceError(Exception):
@@ -81,7 +91,11 @@ def _remote(host: str, path: str, original: str) -> str:
     host = host.lower()
     path = _strip_git(unquote(path).strip("/"))
     segments = [s for s in path.split("/") if s]
-    if not host or not segments or any(s in {".", ".."} for s in segments):
+    if (
+        not _HOST.match(host)
+        or not segments
+        or any(s in {".", ".."} or not s.isprintable() or s != s.strip() for s in segments)
+    ):
         raise ValueError(f"not a git remote URL: {redact_url(original)!r}")
     if host in GITHUB_HOSTS:
         if len(segments) != 2:
@@ -89,7 +103,15 @@ def _remote(host: str, path: str, original: str) -> str:
                 f"a GitHub URL names owner/repo, got {redact_url(original)!r}",
             )
         return "/".join(segments).lower()
+    if len(segments) == 1 and not _looks_like_host(host):
+        # `gitserver/Repo` cannot be told from GitHub's `owner/repo`: compare it as GitHub's.
+        return f"{host}/{segments[0].lower()}"
     return f"{host}/{'/'.join(segments)}"
+
+
+def _looks_like_host(segment: str) -> bool:
+    """A domain, an address or `localhost`, as opposed to a GitHub owner (never has a dot)."""
+    return "." in segment or ":" in segment or segment.lower() == "localhost"
 
 
 def _local(path: str, base: Path | None) -> str:
@@ -116,15 +138,48 @@ def normalise_identity(url: str, *, base: Path | None = None) -> str:
         parts = urlsplit(text)
         scheme = parts.scheme.lower()
         if scheme == "file":
-            if parts.netloc not in {"", "localhost"}:
-                raise ValueError(f"file:// URLs on another host are not supported: {text!r}")
+            if (parts.hostname or "") not in {"", "localhost"}:
+                raise ValueError(
+                    f"file:// URLs on another host are not supported: {redact_url(text)!r}"
+                )
             return _local(unquote(parts.path), base)
         return _remote(parts.hostname or "", parts.path, text)
     scp = _SCP.match(text)
     # A one-letter "host" is a Windows drive (C:\repo), never an SSH host.
     if scp and len(scp.group("host")) > 1:
+        if scp.group("path").startswith(":"):
+            raise ValueError(
+                f"{redact_url(text)!r} is a git `transport::address` remote, not a repository URL"
+            )
         return _remote(scp.group("host"), scp.group("path"), text)
     return _local(text, base)
+
+
+def canonical_identity(text: str) -> str:
+    """The one identity of the workspace `text` names: an identity in any spelling, or a URL.
+
+        canonical_identity("GitHub.com/Alice/Repo.git/")  # 'alice/repo'
+        canonical_identity("git.example.com/Team/ws/")    # 'git.example.com/Team/ws'
+
+    What the platform applies to the `X-Osmosis-Git` header. `text` may be an identity as
+    `normalise_identity` gives it (`owner/repo`, `host/path`, `file:///path`), the same with a
+    trailing slash or `.git`, an upper-case host or a user part, or any git URL or absolute
+    path. A relative path is read as an identity, never as a directory of the server.
+    Raises `ValueError` naming the problem.
+    """
+    text = text.strip()
+    if not text or not text.isprintable():
+        raise ValueError("a workspace identity is 1 or more printable characters")
+    scp = _SCP.match(text)
+    if _SCHEME.match(text) or text.startswith("/") or (scp and len(scp.group("host")) > 1):
+        return normalise_identity(text, base=Path("/"))
+    first, _, rest = text.partition("/")
+    if not rest.strip("/"):
+        raise ValueError(
+            f"{text!r} is not a workspace identity: expected owner/repo, host/path or file:///path"
+        )
+    # `owner/repo` is `_remote`'s dotless two-part case; `host/path` and `github.com/o/r` too.
+    return _remote(first.rpartition("@")[2].strip("[]"), rest, text)
 
 
 def redact_url(url: str) -> str:

@@ -280,3 +280,15 @@ def test_bad_type_selections_name_what_is_valid(value, message):
 )
 def test_run_directory_names_are_safe_and_stable(name, expected):
     assert run_dir_name(name, "abc123") == expected
+
+
+@pytest.mark.parametrize("run_id", ["/tmp/elsewhere", "..", ".", "a/b", "../up", "ok\n", ""])
+@pytest.mark.parametrize("name", ["///", None, "../.."])
+def test_an_id_from_the_server_that_is_not_a_plain_name_is_refused(name, run_id):
+    # A name that cleans to nothing falls back to the id: that id must not be a path.
+    from osmosis.cli.output import CLIError
+
+    with pytest.raises(CLIError) as caught:
+        run_dir_name(name, run_id)
+    assert caught.value.code == "PLATFORM_ERROR"
+    assert "refusing to write outside the output directory" in caught.value.message

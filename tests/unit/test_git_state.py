@@ -57,22 +57,78 @@ def tree(tmp_path: Path) -> Path:
     return work
 
 
-def test_without_branch_or_sha_the_tip_of_the_pushed_current_branch_is_used(tree):
+def test_without_branch_or_sha_origins_default_branch_is_asked_of_origin(tree):
+    # After `git remote add` + `git push` there is no refs/remotes/origin/HEAD in the clone.
+    no_origin_head = subprocess.run(
+        ["git", "symbolic-ref", "-q", "refs/remotes/origin/HEAD"], cwd=tree, env=GIT_ENV
+    )
+    assert no_origin_head.returncode != 0
     head = git(tree, "rev-parse", "HEAD")
     state = resolve_git_state(tree, branch=None, commit_sha=None)
-    assert (state.commit_sha, state.branch, state.source) == (head, "main", "current_branch")
+    assert (state.commit_sha, state.branch, state.source) == (head, "main", "default_branch")
     assert state.pushed and state.unpushed_commits == 0 and not state.dirty_paths
     # The only notice: the run is not pinned.
     assert len(state.warnings) == 1 and "no commit_sha set" in state.warnings[0]
 
 
-def test_origin_head_names_the_default_branch_even_from_another_branch(tree):
+def test_a_feature_branch_checked_out_does_not_replace_origins_default_branch(tree):
+    main = git(tree, "rev-parse", "HEAD")
+    git(tree, "checkout", "-q", "-b", "feature")
+    commit(tree, "feature.txt")
+    git(tree, "push", "-q", "-u", "origin", "feature")
+    state = resolve_git_state(tree, branch=None, commit_sha=None)
+    assert (state.commit_sha, state.branch, state.source) == (main, "main", "default_branch")
+
+
+def test_origins_default_branch_need_not_be_named_like_any_local_branch(tree):
+    # origin's HEAD is `trunk` (renamed on the server), at a commit this clone never fetched.
+    origin = tree.parent / "origin.git"
+    trunk_tip = commit(tree, "later.txt")
+    git(tree, "push", "-q", "origin", "HEAD:trunk")
+    git(origin, "symbolic-ref", "HEAD", "refs/heads/trunk")
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    git(tree, "update-ref", "-d", "refs/remotes/origin/trunk")
+    git(tree, "reflog", "expire", "--expire=now", "--all")
+    git(tree, "gc", "-q", "--prune=now")
+    state = resolve_git_state(tree, branch=None, commit_sha=None)
+    assert (state.commit_sha, state.branch) == (trunk_tip, "trunk")
+    assert any("has not fetched" in w and trunk_tip[:7] in w for w in state.warnings)
+
+
+def test_an_unreachable_origin_falls_back_to_the_current_branch_and_says_why(tree):
+    git(tree, "remote", "set-url", "origin", str(tree.parent / "gone.git"))
+    state = resolve_git_state(tree, branch=None, commit_sha=None)
+    assert (state.branch, state.source) == ("main", "current_branch")
+    assert any(
+        "could not ask origin for its default branch" in w and "current branch main" in w
+        for w in state.warnings
+    )
+
+
+def test_the_last_known_origin_head_is_used_when_origin_cannot_be_asked(tree):
     main = git(tree, "rev-parse", "HEAD")
     git(tree, "remote", "set-head", "origin", "main")
     git(tree, "checkout", "-q", "-b", "feature")
     commit(tree, "feature.txt")
+    git(tree, "remote", "set-url", "origin", str(tree.parent / "gone.git"))
     state = resolve_git_state(tree, branch=None, commit_sha=None)
     assert (state.commit_sha, state.branch, state.source) == (main, "main", "default_branch")
+    assert any("the last known origin/HEAD" in w for w in state.warnings)
+
+
+def test_a_branch_tracking_an_upstream_of_another_name_is_pushed_under_that_name(tree):
+    git(tree, "checkout", "-q", "-b", "feature")
+    tip = commit(tree, "feature.txt")
+    git(tree, "push", "-q", "-u", "origin", "feature:feat-x")
+    state = resolve_git_state(tree, branch="feature", commit_sha=None)
+    assert (state.commit_sha, state.branch, state.pushed) == (tip, "feat-x", True)
+    assert not any("has no upstream" in w for w in state.warnings)
+    assert any("local branch feature tracks origin/feat-x" in w for w in state.warnings)
+
+    commit(tree, "more.txt")
+    state = resolve_git_state(tree, branch="feature", commit_sha=None)
+    assert state.commit_sha == tip and state.unpushed_commits == 1
+    assert any("(git push origin feature:feat-x)" in w for w in state.warnings)
 
 
 def test_unpushed_commits_are_counted_and_the_pushed_tip_is_used(tree):
@@ -143,3 +199,21 @@ def test_a_repository_without_commits_cannot_be_submitted(tmp_path):
     git(tmp_path, "init", "-q", "-b", "main")
     with pytest.raises(GitStateError, match="has no commits"):
         resolve_git_state(tmp_path, branch=None, commit_sha=None)
+
+
+def test_an_origin_whose_head_names_a_missing_branch_is_not_called_empty(tree):
+    # `git init --bare` without -b main: HEAD names `master`, but `main` was pushed.
+    git(tree.parent / "origin.git", "symbolic-ref", "HEAD", "refs/heads/master")
+    state = resolve_git_state(tree, branch=None, commit_sha=None)
+    assert (state.branch, state.source) == ("main", "current_branch")
+    (warning,) = [w for w in state.warnings if "default branch" in w]
+    assert "nothing pushed" not in warning
+    assert "names a branch it does not have, though it has main" in warning
+    assert "git symbolic-ref HEAD refs/heads/main" in warning
+
+
+def test_an_origin_with_nothing_pushed_says_so(tmp_path):
+    work = new_repo(tmp_path)
+    commit(work, "README.md")
+    state = resolve_git_state(work, branch=None, commit_sha=None)
+    assert any("nothing pushed" in w for w in state.warnings)

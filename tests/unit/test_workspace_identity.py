@@ -10,6 +10,7 @@ import pytest
 from osmosis.workspace import (
     REQUIRED_DIRS,
     WorkspaceError,
+    canonical_identity,
     create_missing_dirs,
     missing_dirs,
     normalise_identity,
@@ -50,6 +51,85 @@ BASE = Path("/work/tree")
 )
 def test_normalise_identity(url, identity):
     assert normalise_identity(url, base=BASE) == identity
+    # The server's canonical form leaves what the CLI sends exactly as it is.
+    assert canonical_identity(identity) == identity
+
+
+@pytest.mark.parametrize(
+    ("spellings", "identity"),
+    [
+        # The three: a `.git` suffix, a trailing slash, an upper-case host.
+        (
+            [
+                "git.example.com/team/alice",
+                "git.example.com/team/alice.git",
+                "git.example.com/team/alice/",
+                "GIT.Example.COM/team/alice",
+                "git@git.example.com/team/alice",
+                "https://git.example.com:8443/team/alice.git",
+                "ssh://git@GIT.example.com/team/alice/",
+            ],
+            "git.example.com/team/alice",
+        ),
+        (
+            [
+                "alice/repo",
+                "Alice/Repo",
+                "alice/repo.git",
+                "alice/repo/",
+                "github.com/Alice/Repo",
+                "GitHub.com/alice/repo.git/",
+                "www.github.com/alice/repo",
+                "https://GITHUB.com/Alice/Repo.git",
+                "git@github.com:Alice/Repo.git",
+            ],
+            "alice/repo",
+        ),
+        (
+            [
+                "file:///srv/git/alice",
+                "file:///srv/git/alice.git",
+                "file:///srv/git/alice/",
+                "FILE://LOCALHOST/srv/git/alice.git",
+                "/srv/git/alice.git",
+                "/srv//git/alice/.git",
+            ],
+            "file:///srv/git/alice",
+        ),
+        # A path's case is the server's business on any other host, so it is kept.
+        (["git.example.com/Team/Alice"], "git.example.com/Team/Alice"),
+    ],
+)
+def test_every_spelling_of_an_identity_is_one_identity(spellings, identity):
+    assert {canonical_identity(text) for text in spellings} == {identity}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "repo",  # one part names no repository
+        "alice/",
+        "github.com/alice",
+        "github.com/a/b/c",
+        "ext::sh -c touch% /tmp/pwned",  # git would run it
+        "fd::17",
+        "has space/repo",
+        "alice/repo\x00",
+        "alice/re\npo",
+        "file://other-host/srv/x",
+        "a/../b",
+    ],
+)
+def test_an_identity_that_names_no_repository_is_refused(text):
+    with pytest.raises(ValueError):
+        canonical_identity(text)
+
+
+def test_transport_remotes_are_refused_as_urls_too():
+    for url in ("ext::sh -c touch% /tmp/pwned", "fd::3"):
+        with pytest.raises(ValueError, match="transport::address"):
+            normalise_identity(url, base=BASE)
 
 
 @pytest.mark.parametrize(

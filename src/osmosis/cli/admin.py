@@ -1,16 +1,17 @@
-"""`osmosis admin`: create users and tokens on the platform (needs an admin token)."""
+"""`osmosis admin`: create, list and (de)activate users; issue, list and revoke their tokens
+(needs an admin token)."""
 
 from __future__ import annotations
 
 import typer
 
+from osmosis.cli.auth import EXPIRES_HELP
+
 app = typer.Typer(help="Manage platform users and tokens (admin only).", no_args_is_help=True)
-user_app = typer.Typer(help="Create and list users.", no_args_is_help=True)
+user_app = typer.Typer(help="Create, list, deactivate and reactivate users.", no_args_is_help=True)
 token_app = typer.Typer(help="Issue, list and revoke API tokens.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
-
-_SHOWN_ONCE = "Store this token now: it is shown only once."
 
 
 @user_app.command("create")
@@ -30,10 +31,12 @@ def create_user(
     with platform_errors(), open_client(None) as client:
         created = client.create_user(name=name, email=email, is_admin=admin)
     user = created.user
+    from osmosis.cli.auth import SHOWN_ONCE, expiry_text
+
     output().operation(
         "admin.user.create",
         message=f"Created user {user.name} ({user.id}).\n"
-        f"token: {created.token.token}\n{_SHOWN_ONCE}",
+        f"token: {created.token.token} ({expiry_text(created.token.expires_at)})\n{SHOWN_ONCE}",
         resource={
             **user.model_dump(mode="json"),
             "token": created.token.token,
@@ -53,9 +56,13 @@ def list_users(
 
     with platform_errors(), open_client(None) as client:
         page = client.list_users(limit=limit, offset=offset)
+    from osmosis.cli.output import short_time
+
     output().listing(
         [user.model_dump(mode="json") for user in page.users],
-        columns=["id", "name", "email", "is_admin", "created_at"],
+        columns=["id", "name", "email", "is_admin", "created_at", "deactivated_at"],
+        headers={"deactivated_at": "Deactivated"},
+        cells={"created_at": short_time, "deactivated_at": short_time},
         title="Users",
         total_count=page.total_count,
         has_more=page.has_more,
@@ -64,23 +71,67 @@ def list_users(
     )
 
 
+@user_app.command("deactivate")
+def deactivate_user(
+    user: str = typer.Argument(..., help="The user's id, name or email."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Stop a user's tokens and dashboard sessions at once (asks first). Their runs,
+    secrets and memberships stay; `reactivate` lets their tokens work again."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+
+    out = output()
+    out.confirm(f"Deactivate {user}? Their tokens and sessions stop working now.", yes=yes)
+    with platform_errors(), open_client(None) as client:
+        done = client.deactivate_user(user=user)
+    message = f"Deactivated {done.user.name} ({done.user.id}); {done.sessions_ended} " + (
+        "dashboard session ended." if done.sessions_ended == 1 else "dashboard sessions ended."
+    )
+    if done.workspaces_without_owner:
+        message += (
+            "\nNo active owner left in: " + ", ".join(done.workspaces_without_owner) + " "
+            "(add one there: osmosis workspace member add EMAIL --role owner)"
+        )
+    out.operation("admin.user.deactivate", message=message, resource=done.model_dump(mode="json"))
+
+
+@user_app.command("reactivate")
+def reactivate_user(
+    user: str = typer.Argument(..., help="The user's id, name or email."),
+) -> None:
+    """Let a deactivated user's tokens (those not revoked or expired) work again."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+
+    with platform_errors(), open_client(None) as client:
+        public = client.reactivate_user(user=user)
+    output().operation(
+        "admin.user.reactivate",
+        message=f"Reactivated {public.name} ({public.id}).",
+        resource=public.model_dump(mode="json"),
+    )
+
+
 @token_app.command("create")
 def create_token(
     user_id: str = typer.Argument(..., help="The user's id (see `osmosis admin user list`)."),
     name: str = typer.Option("default", "--name", help="A label for the token."),
+    expires_in: str | None = typer.Option(None, "--expires-in", help=EXPIRES_HELP),
 ) -> None:
     """Issue another API token for a user and print it (once)."""
+    from osmosis.cli.auth import SHOWN_ONCE, expiry_text, lifetime
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
     from osmosis.platform.schemas import TokenCreate
 
-    request_body(TokenCreate, name=name)
+    body = request_body(TokenCreate, name=name, expires_in=lifetime(expires_in))
     with platform_errors(), open_client(None) as client:
-        issued = client.create_token(user_id=user_id, name=name)
+        issued = client.create_token(user_id=user_id, name=body.name, expires_in=body.expires_in)
     output().operation(
         "admin.token.create",
-        message=f"Issued token {issued.name!r} for user {issued.user_id}.\n"
-        f"token: {issued.token}\n{_SHOWN_ONCE}",
+        message=f"Issued token {issued.name!r} for user {issued.user_id}, "
+        f"{expiry_text(issued.expires_at)}.\ntoken: {issued.token}\n{SHOWN_ONCE}",
         resource=issued.model_dump(mode="json"),
     )
 
@@ -89,19 +140,20 @@ def create_token(
 def list_tokens(
     user_id: str = typer.Argument(..., help="The user's id (see `osmosis admin user list`)."),
 ) -> None:
-    """List a user's tokens: id, name, created, last used, revoked (never the secrets)."""
+    """List a user's tokens: id, name, created, last used, expires, revoked (never the
+    secrets)."""
+    from osmosis.cli.auth import TOKEN_COLUMNS, TOKEN_HEADERS, token_cells
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
-    from osmosis.cli.output import short_time
 
     with platform_errors(), open_client(None) as client:
         page = client.list_tokens(user_id=user_id)
     items = [token.model_dump(mode="json") for token in page.tokens]
     output().listing(
         items,
-        columns=["id", "name", "created_at", "last_used_at", "revoked_at"],
-        headers={"created_at": "Created", "last_used_at": "Last Used", "revoked_at": "Revoked"},
-        cells={"created_at": short_time, "last_used_at": short_time, "revoked_at": short_time},
+        columns=TOKEN_COLUMNS,
+        headers=TOKEN_HEADERS,
+        cells=token_cells(),
         title=f"Tokens of user {user_id}",
         context={"user_id": user_id, "platform_url": client.base_url},
     )
@@ -113,15 +165,6 @@ def revoke_token(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
     """Revoke a token at once: every later request with it is refused (asks first)."""
-    from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.auth import revoke
 
-    out = output()
-    out.confirm(f"Revoke token {token_id}? Anything using it stops working.", yes=yes)
-    with platform_errors(), open_client(None) as client:
-        revoked = client.revoke_token(token_id=token_id)
-    out.operation(
-        "admin.token.revoke",
-        message=f"Revoked token {revoked.name!r} ({revoked.id}).",
-        resource=revoked.model_dump(mode="json"),
-    )
+    revoke(token_id, yes=yes, own=False)

@@ -7,6 +7,7 @@ osmosis dataset download qa -o /tmp/qa.jsonl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,6 +111,24 @@ def upload(
         info = _validated(file)  # every problem, before anything leaves the machine
         for warning in info.warnings:
             out.warn(warning)
+        if (
+            existing is not None
+            and overwrite
+            and existing.status == "uploaded"
+            and (existing.sha256, existing.format) == (info.sha256, file.suffix.lstrip("."))
+        ):
+            # The same bytes again: say so instead of making a version that changes nothing.
+            out.operation(
+                "dataset.upload",
+                message=f"Dataset {name} is unchanged: version {existing.version} already holds "
+                f"these bytes (sha256 {info.sha256[:12]}…); no new version.",
+                resource={
+                    **_row(existing),
+                    "unchanged": True,
+                    **git_context(workspace, client.base_url),
+                },
+            )
+            return
         if existing is not None and overwrite:
             out.confirm(
                 f"Dataset {name} exists (version {existing.version}, {existing.status}). "
@@ -219,8 +238,14 @@ def preview(
 def download(
     name: NameArgument,
     output_path: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="File or directory to write (default: ./<file name>)."),
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="File or directory to write (default: ./<file name>); a path ending in / is "
+            "a directory, created if missing.",
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing file.")
@@ -234,7 +259,11 @@ def download(
 
     with _session(name) as (workspace, client):
         dataset = client.dataset_info(git=workspace.identity, name=name, version=version)
-        target = _target(output_path, dataset.file_name)
+        # `-o dir/` names a directory even before it exists (Path() would drop the slash
+        # and write a file called `dir`).
+        if output_path is not None and output_path.endswith(("/", os.sep)):
+            Path(output_path).mkdir(parents=True, exist_ok=True)
+        target = _target(Path(output_path) if output_path else None, dataset.file_name)
         if target.exists() and not target.is_file():
             # The download is renamed over the target: a device or a FIFO would be replaced.
             raise CLIError(
@@ -298,6 +327,7 @@ def logs(
         cells={"timestamp": lambda value: short_time(value, seconds=True)},
         title=f"Logs of dataset {name}",
         has_more=page.next_cursor is not None,
+        total_known=False,  # cursor paging: the total is not known, the page size is not it
         context={"next_cursor": page.next_cursor},
     )
     if page.next_cursor:
@@ -360,17 +390,17 @@ def _target(output_path: Path | None, file_name: str) -> Path:
     The file name comes from the server; only a bare, safe name is used.
     """
     from osmosis.cli.output import CLIError
+    from osmosis.platform.schemas.datasets import name_problem
 
-    if Path(file_name).name != file_name or file_name.startswith(".") or "\\" in file_name:
-        raise CLIError(
-            f"the platform sent an unsafe file name {file_name!r}",
-            code="PLATFORM_ERROR",
-            hint="pass -o PATH to choose the file name yourself",
-        )
-    if output_path is None:
-        return Path.cwd() / file_name
-    if output_path.is_dir():
-        return output_path / file_name
+    if output_path is None or output_path.is_dir():
+        # Only a plain, safe name is joined to a directory: never a path of the server's.
+        if name_problem(file_name) is not None or Path(file_name).name != file_name:
+            raise CLIError(
+                f"the platform sent an unsafe file name {file_name[:200]!r}",
+                code="PLATFORM_ERROR",
+                hint="pass -o PATH to choose the file name yourself",
+            )
+        return (output_path or Path.cwd()) / file_name
     parent = output_path.parent
     if not parent.is_dir():
         why = "is not a directory" if parent.exists() else "does not exist"

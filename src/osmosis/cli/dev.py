@@ -26,11 +26,27 @@ def fake_model(
         1.0, "--retry-after", help="Seconds advertised in Retry-After on 429/503."
     ),
     model: str = typer.Option("fake-model", "--model", help="Model id listed by GET /v1/models."),
+    judge: bool = typer.Option(
+        False,
+        "--judge",
+        help="Also answer `osmosis eval rubric` judge prompts with verdicts, so a rubric can "
+        "be tried offline.",
+    ),
+    verdicts: list[str] = typer.Option(
+        [],
+        "--verdict",
+        metavar="TEXT=SCORE",
+        help="With --judge: a candidate containing TEXT gets SCORE (repeatable; first match wins).",
+    ),
+    judge_score: float = typer.Option(
+        1.0, "--judge-score", help="With --judge: the score of every other candidate."
+    ),
 ) -> None:
     """Serve a deterministic OpenAI-compatible model until Ctrl-C.
 
     Prints the base URL (http://HOST:PORT/v1) first. It calls the first offered tool, answers
-    arithmetic ("What is 17 * 23?" -> 391) and echoes anything else. GET /stats counts requests.
+    arithmetic ("What is 17 * 23?" -> 391) and echoes anything else. With --judge it answers
+    judge prompts as `{"score", "explanation"}` (see --verdict). GET /stats counts requests.
     """
     # Imported here, not at module level: `osmosis --help` must not pay for the server.
     import asyncio
@@ -39,9 +55,17 @@ def fake_model(
 
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError, Mode
-    from osmosis.testing import FakeModelServer
+    from osmosis.testing import FakeModelServer, JudgeScript
 
     out = output()
+    if (verdicts or judge_score != 1.0) and not judge:
+        raise CLIError("--verdict and --judge-score need --judge", hint="add --judge")
+    scores = _parse_verdicts(verdicts)
+    script = (
+        JudgeScript(scores, default=judge_score, explanation="scripted verdict").rules()
+        if judge
+        else []
+    )
     try:
         server = FakeModelServer(
             host=host,
@@ -53,6 +77,7 @@ def fake_model(
             error_status=error_status,
             retry_after=retry_after,
             model=model,
+            script=script,
         )
     except ValueError as error:
         raise CLIError(str(error), code="VALIDATION") from None
@@ -94,3 +119,26 @@ def fake_model(
     code = asyncio.run(serve())
     if code:
         raise typer.Exit(code)
+
+
+def _parse_verdicts(values: list[str]) -> dict[str, float]:
+    """`--verdict TEXT=SCORE` values as {TEXT: SCORE}; every bad one is reported at once."""
+    import math
+
+    from osmosis.cli.output import CLIError
+
+    scores: dict[str, float] = {}
+    problems: list[str] = []
+    for value in values:
+        text, _, score = value.rpartition("=")
+        try:
+            number = float(score)
+        except ValueError:
+            number = math.nan
+        if not text or not math.isfinite(number):
+            problems.append(f"--verdict {value!r}: expected TEXT=SCORE, e.g. Paris=1.0")
+        else:
+            scores[text] = number
+    if problems:
+        raise CLIError("; ".join(problems), details={"problems": problems})
+    return scores

@@ -39,23 +39,84 @@ def run_command(
     max_in_flight: int | None = typer.Option(
         None, "--max-in-flight", help="Concurrency override (attempts in flight at once)."
     ),
+    replicas: int | None = typer.Option(
+        None,
+        "--replicas",
+        help="Rollout servers to start; attempts are balanced over them "
+        "(default 1; with --executor ray, one per node).",
+    ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where rollout servers run: local (this machine) or ray (a Ray cluster's nodes).",
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster address host:port (default: RAY_ADDRESS, else the one running here).",
+    ),
+    bridge_host: str = typer.Option(
+        "127.0.0.1", "--bridge-host", help="Address the model bridge listens on."
+    ),
+    bridge_url: str | None = typer.Option(
+        None, "--bridge-url", help="The bridge's URL as rollouts reach it (default: bound address)."
+    ),
+    outage_wait: float | None = typer.Option(
+        None, "--outage-wait", help="Seconds a provider outage may last before the run halts (300)."
+    ),
+    stall_after: float | None = typer.Option(
+        None,
+        "--stall-after",
+        help="Seconds without any model answer, calls waiting, before an outage is declared (30).",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Skip the confirmation."),
     verbose: bool = typer.Option(False, "--verbose", help="Stream log lines to the terminal."),
+    min_pass_rate: float | None = typer.Option(
+        None, "--min-pass-rate", help="CI gate: exit 3 when the pass rate is below this (0-1)."
+    ),
+    min_mean_reward: float | None = typer.Option(
+        None, "--min-mean-reward", help="CI gate: exit 3 when the mean reward is below this."
+    ),
+    report_file: Path | None = typer.Option(
+        None, "--report", help="Write a Markdown summary here (CI job summary, PR comment)."
+    ),
+    junit_file: Path | None = typer.Option(
+        None, "--junit", help="Write JUnit XML here: one test case per dataset row."
+    ),
+    upload: bool = typer.Option(
+        False, "--upload", help="Upload the run to the platform when it finished."
+    ),
+    sandbox: bool = typer.Option(
+        False,
+        "--sandbox",
+        help="Run the rollout servers under bubblewrap, as the platform does: no network but "
+        "the model bridge, a clean environment, the workspace read-only.",
+    ),
 ) -> None:
     """Run an evaluation on this machine and write results under .osmosis/evals/<name>/."""
-    import asyncio
-
+    from osmosis.cli import eval_report
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.eval.local_plan import LocalRunOptions, PlanError, plan_local_run
-    from osmosis.eval.local_run import RunFailed, run_local
-    from osmosis.eval.run_dir import ResumeRefused, RunLocked
+    from osmosis.eval import event_loop
+    from osmosis.eval.host_errors import HostError
+    from osmosis.eval.local_plan import (
+        DatasetNotFound,
+        LocalRunOptions,
+        PlanError,
+        plan_local_run,
+    )
+    from osmosis.eval.local_run import run_local
 
     out = output()
     if max_in_flight is not None and max_in_flight < 1:
         raise CLIError(
             "--max-in-flight must be at least 1", details={"max_in_flight": max_in_flight}
         )
+    _check_positive(replicas=replicas, outage_wait=outage_wait, stall_after=stall_after)
+    _check_executor(executor, ray_address=ray_address, sandbox=sandbox)
+    gate_problems = eval_report.check_gate_options(min_pass_rate, min_mean_reward)
+    if gate_problems:
+        raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     options = LocalRunOptions(
         name=name,
         output=output_root,
@@ -65,27 +126,97 @@ def run_command(
         fresh=fresh,
         retry_failed=retry_failed,
         max_in_flight=max_in_flight,
+        replicas=replicas if replicas is not None or executor == "ray" else 1,
+        executor=executor,
+        ray_address=ray_address,
+        bridge_host=bridge_host,
+        bridge_url=bridge_url,
+        outage_wait_s=outage_wait,
+        stall_after_s=stall_after,
     )
     try:
-        plan = plan_local_run(config, options)
+        try:
+            plan = plan_local_run(config, options)
+        except DatasetNotFound as missing:  # no local file: the platform's, when configured
+            from osmosis.cli.eval_dataset import with_platform_dataset
+
+            plan = plan_local_run(config, with_platform_dataset(config, options, missing))
     except PlanError as error:
         raise CLIError(str(error), details=error.details, hint=error.hint or None) from None
     _show_plan(out, plan)
     _confirm(out, plan, yes)
     reporter = _reporter(out, verbose)
+    rerun = eval_report.rerun_command(config, plan.name, output_root, dataset_file)
     try:
-        report = asyncio.run(run_local(plan, reporter))
-    except (ResumeRefused, RunLocked) as error:
-        raise CLIError(
-            str(error), code="CONFLICT" if isinstance(error, RunLocked) else "VALIDATION"
-        ) from None
-    except RunFailed as error:
+        report = event_loop.run(run_local(plan, reporter, **_sandboxed(sandbox)))
+    except HostError as error:  # the user's to fix: the same words the platform shows
         raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
+    except KeyboardInterrupt:
+        # What finished is recorded (run_local wrote the outputs on the way out).
+        raise CLIError(
+            f"interrupted: the attempts that finished are recorded in {plan.run_dir}",
+            code="INTERRUPTED",
+            details={"run_name": plan.name, "resume": rerun},
+            hint=f"resume with: {rerun}",
+            exit_code=130,
+        ) from None
     finally:
         reporter.close()
-    _show_report(out, plan, report)
-    if report.status != "finished":
-        raise typer.Exit(1)
+    # Gates, --report/--junit and --upload: what a CI job acts on (osmosis.cli.eval_report).
+    outcome = eval_report.conclude(
+        out,
+        report,
+        rerun=rerun,
+        min_pass_rate=min_pass_rate,
+        min_mean_reward=min_mean_reward,
+        report_file=report_file,
+        junit_file=junit_file,
+        upload=upload,
+    )
+    _show_report(out, plan, report, extra=outcome.resource, next_steps=outcome.next_steps)
+    outcome.finish(out)
+
+
+def _sandboxed(sandbox: bool) -> dict[str, Any]:
+    """`run_local`'s sandbox arguments for `--sandbox`: the default policy and a rollout
+    environment that inherits nothing but PATH-like basics and the locale."""
+    if not sandbox:
+        return {}
+    import os
+
+    from osmosis.eval.sandbox import SandboxPolicy, clean_base_env
+    from osmosis.eval.sandbox.layout import SANDBOX_HOME
+
+    return {
+        "sandbox": SandboxPolicy(),
+        "base_env": clean_base_env(os.environ, home=SANDBOX_HOME),
+    }
+
+
+def _check_executor(executor: str, *, ray_address: str | None, sandbox: bool) -> None:
+    from osmosis.cli.output import CLIError
+
+    if executor not in ("local", "ray"):
+        raise CLIError(f"--executor {executor!r}: use local or ray", details={"executor": executor})
+    if executor == "local" and ray_address is not None:
+        raise CLIError("--ray-address needs --executor ray", details={"ray_address": ray_address})
+    if executor == "ray" and sandbox:
+        raise CLIError(
+            "--sandbox runs rollout servers on this machine; it does not apply to --executor ray"
+        )
+
+
+def _check_positive(**values: float | None) -> None:
+    from osmosis.cli.output import CLIError
+
+    problems = {
+        name: value
+        for name, value in values.items()
+        if value is not None and (value <= 0 or (name == "replicas" and value < 1))
+    }
+    if problems:
+        flags = ", ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in problems.items())
+        raise CLIError(f"must be positive: {flags}", details=problems)
 
 
 # -- presentation ---------------------------------------------------------------------------
@@ -129,7 +260,14 @@ def _confirm(out: Output, plan: LocalRunPlan, yes: bool) -> None:
         raise typer.Abort()
 
 
-def _show_report(out: Output, plan: LocalRunPlan, report: LocalRunReport) -> None:
+def _show_report(
+    out: Output,
+    plan: LocalRunPlan,
+    report: LocalRunReport,
+    *,
+    extra: dict[str, Any] | None = None,
+    next_steps: list[str] | None = None,
+) -> None:
     metrics = report.metrics
     resource = {
         "run_name": report.run_name,
@@ -148,10 +286,17 @@ def _show_report(out: Output, plan: LocalRunPlan, report: LocalRunReport) -> Non
         "duration_ms": report.duration_ms,
         "metrics": metrics,
         "failed_rows": report.failed_rows,
+        **(extra or {}),
     }
     status = "success" if report.status == "finished" else "partial"
     if out.mode.value == "json":
-        out.operation("eval.run", message=_headline(report), status=status, resource=resource)
+        out.operation(
+            "eval.run",
+            message=_headline(report),
+            status=status,
+            resource=resource,
+            next_steps=[{"action": "run", "command": step} for step in next_steps or []],
+        )
         return
     if report.failed_rows and out.mode.value == "rich":
         out.info("Failed rows")
@@ -164,6 +309,8 @@ def _show_report(out: Output, plan: LocalRunPlan, report: LocalRunReport) -> Non
             out.info(f"  … and {len(report.failed_rows) - 20} more (see index.jsonl)")
     out.detail(results_table(report), title="Results")
     out.info(_headline(report))
+    for step in next_steps or []:
+        out.info(f"Next: {step}")
 
 
 def results_table(report: LocalRunReport) -> dict[str, Any]:
@@ -207,7 +354,8 @@ def _interval(metrics: dict[str, Any], key: str) -> str:
     if not interval:
         return ""
     level = interval.get("level", 0.95)
-    return f"  [{level:.0%} CI {interval['low']:.3f} to {interval['high']:.3f}]"
+    method = f", {interval['method']}" if interval.get("method") else ""
+    return f"  [{level:.0%} CI {interval['low']:.3f} to {interval['high']:.3f}{method}]"
 
 
 def _headline(report: LocalRunReport) -> str:
@@ -246,5 +394,16 @@ def _register_platform() -> None:
 
 
 _register_platform()
+
+
+def _register_results() -> None:
+    # compare and upload: reading runs (local, platform or both) rather than running them.
+    from osmosis.cli import eval_compare, eval_upload
+
+    app.command("compare")(eval_compare.compare_command)
+    app.command("upload")(eval_upload.upload_command)
+
+
+_register_results()
 
 __all__ = ["app", "results_table"]

@@ -144,11 +144,31 @@ def run_dir_name(name: str | None, run_id: str) -> str:
 
         run_dir_name("smoke-brave-otter-1a2b", "f00d...")  # 'smoke-brave-otter-1a2b'
         run_dir_name("a/b", "f00d")                         # 'a-b--f00d'
+
+    Both come from the server, so the result is always one plain file name: an id that is
+    not one (`/etc`, `..`, `a/b`) is refused with a `CLIError`, never joined to a path.
     """
-    if name and _SAFE_NAME.match(name) and not name.endswith(PARTIAL_SUFFIX):
+    if _safe_component(name):
+        assert name is not None
         return name
+    if not _safe_component(run_id):
+        from osmosis.cli.output import CLIError
+
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise CLIError(
+            f"the platform answered run id {shown!r} and run name {(name or '')[:80]!r}, "
+            "neither of which is a plain file name; refusing to write outside the output "
+            "directory",
+            code="PLATFORM_ERROR",
+            details={"run_id": shown, "name": (name or "")[:80]},
+            hint="is --platform (or OSMOSIS_PLATFORM_URL) the server you meant?",
+        )
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name or "").strip(".-")[:80]
     return f"{cleaned}--{run_id}" if cleaned else run_id
+
+
+def _safe_component(value: str | None) -> bool:
+    return bool(value and _SAFE_NAME.fullmatch(value) and not value.endswith(PARTIAL_SUFFIX))
 
 
 # -- planning -------------------------------------------------------------------------------

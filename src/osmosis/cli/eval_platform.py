@@ -277,6 +277,9 @@ def _save_metrics(
     if run.status == "pending":
         return None, "metrics are not available while the run is pending"
     run_dir = root / run_dir_name(run.name, run.id)
+    if (run_dir / "manifest.json").is_file():
+        # A local run of the same name (uploaded as this run): its own metrics stay.
+        return None, f"{run_dir} is a local run directory; its metrics.json is left as it is"
     try:
         manifest = client.eval_run_files(run.id, types=["metrics"])
     except PlatformAPIError as error:
@@ -299,19 +302,35 @@ def info_command(
         help="Save metrics.json under ROOT/<run>/ (default .osmosis/evals/<run>/).",
     ),
 ) -> None:
-    """Show a run: status, progress, configuration, results and its latest log lines."""
+    """Show a run: status, progress, configuration, results and its latest log lines.
+
+    NAME is looked up as a run directory (a path holding manifest.json) first, then on the
+    platform (name or id), then, when the platform does not know it or cannot be reached, as
+    a local run name under the runs root."""
     from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.local_runs import find_local_run, read_local_run, show_local_info
     from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
     from osmosis.platform.schemas.runs import TERMINAL_STATUSES
 
     out = output()
     save = out.mode.value == "rich" or output_root is not None
-    with platform_errors(), open_client(None) as client:
-        detail = client.get_eval_run(name)
-        output_path, save_warning = (
-            _save_metrics(client, detail, _runs_root(output_root)) if save else (None, None)
-        )
-        url = run_url(client.base_url, detail.eval_run.name)
+    if Path(name).expanduser().joinpath("manifest.json").is_file():
+        show_local_info(out, read_local_run(Path(name).expanduser().resolve()))
+        return
+    try:
+        with platform_errors(), open_client(None) as client:
+            detail = client.get_eval_run(name)
+            output_path, save_warning = (
+                _save_metrics(client, detail, _runs_root(output_root)) if save else (None, None)
+            )
+            url = run_url(client.base_url, detail.eval_run.name)
+    except CLIError as error:
+        local = find_local_run(name, root=_runs_root(output_root))
+        if local is None or error.code not in ("NOT_FOUND", "NETWORK", "AUTH_REQUIRED"):
+            raise
+        show_local_info(out, read_local_run(local))
+        return
     run, summary = detail.eval_run, detail.summary
     results = _results(detail)
     metrics_error = (
@@ -372,6 +391,8 @@ def info_command(
             or "-",
             "Environment Variables": ", ".join(f"{k}={v}" for k, v in detail.env_config.items())
             or "-",
+            # How many rollout servers served it (metrics.json, once the engine wrote it).
+            "Replicas": ((detail.metrics or {}).get("eval_run") or {}).get("replicas"),
         },
         title="Configuration",
     )
@@ -426,6 +447,7 @@ def logs_command(
         columns=["time", "level", "step", "message"],
         title=f"Logs of {name}",
         has_more=page.next_cursor is not None,
+        total_known=False,  # cursor paging: the total is not known, the page size is not it
         context={"next_cursor": page.next_cursor},
     )
     if page.next_cursor and out.mode.value == "rich":
@@ -603,8 +625,17 @@ def download_command(
                 details={"name": run.name, "status": run.status},
                 hint=f"osmosis eval info {run.name}",
             )
-        manifest = client.eval_run_files(run.id, types=selected, rows=rows)
         run_dir = root / run_dir_name(run.name, run.id)
+        if (run_dir / "manifest.json").is_file():
+            # The local run this platform run was uploaded from: never mix files into it.
+            raise CLIError(
+                f"{run_dir} is a local run directory (the run {run.name} was uploaded from "
+                "it); downloading there would overwrite its files",
+                code="CONFLICT",
+                details={"name": run.name, "output_path": str(run_dir)},
+                hint=f"osmosis eval download {run.name} -o <another directory>",
+            )
+        manifest = client.eval_run_files(run.id, types=selected, rows=rows)
         plan = plan_transfer(manifest.files, run_dir, selected_types=selected, overwrite=overwrite)
         remaining = plan.remaining_bytes
         out.info(

@@ -333,6 +333,15 @@ def submit_command(
     config: Path = typer.Argument(..., help="Eval config under configs/eval/ (TOML)."),
     yes: bool = YesOption,
     secrets_file: str | None = SecretsFileOption,
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow the run until it ends; exit 1 if it failed or stopped."
+    ),
+    min_pass_rate: float | None = typer.Option(
+        None, "--min-pass-rate", help="With --wait: exit 3 when the pass rate is below this."
+    ),
+    min_mean_reward: float | None = typer.Option(
+        None, "--min-mean-reward", help="With --wait: exit 3 when the mean reward is below this."
+    ),
 ) -> None:
     """Submit an evaluation run to the platform; it runs the pushed commit of this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
@@ -349,6 +358,13 @@ def submit_command(
     )
 
     out = output()
+    from osmosis.cli.eval_report import check_gate_options
+
+    gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
+    if (min_pass_rate is not None or min_mean_reward is not None) and not wait:
+        gate_problems.append("--min-pass-rate and --min-mean-reward need --wait")
+    if gate_problems:
+        raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     workspace = current_workspace()
     loaded = _load_config(config, workspace)
     cfg = loaded.config
@@ -443,16 +459,29 @@ def submit_command(
             },
             title="Submitted",
         )
+    next_steps = [
+        {"action": "eval_info", "name": created.name},
+        {"action": "eval_list"},
+        {"action": "open_url", "url": url},
+    ]
+    if wait:  # one envelope, at the end: the run's outcome and its gates
+        from osmosis.cli.eval_wait import follow
+
+        follow(
+            out,
+            created.name,
+            resource=resource,
+            next_steps=next_steps,
+            min_pass_rate=min_pass_rate,
+            min_mean_reward=min_mean_reward,
+        )
+        return
     out.operation(
         "eval.submit",
         message=f"Submitted evaluation run {created.name}. Next: osmosis eval info "
         f"{created.name}  ·  osmosis eval list",
         resource=resource,
-        next_steps=[
-            {"action": "eval_info", "name": created.name},
-            {"action": "eval_list"},
-            {"action": "open_url", "url": url},
-        ],
+        next_steps=next_steps,
     )
 
 

@@ -21,7 +21,7 @@ from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
 from osmosis.cli.credentials import use_platform
-from osmosis.cli.output import CLIError, Mode, Output
+from osmosis.cli.output import CLIError, Mode, Output, install_help_rendering
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -92,15 +92,29 @@ def _register_groups() -> None:
     app.add_typer(dataset.app, name="dataset")
     app.add_typer(dev.app, name="dev")
     app.add_typer(eval.app, name="eval")
+    from osmosis.cli import eval_view  # `eval view`: the dashboard over local runs
+
+    eval_view.register(eval.app)
     app.add_typer(server.app, name="server")
     app.add_typer(auth.app, name="auth")
     app.add_typer(admin.app, name="admin")
     app.add_typer(secret.app, name="secret")
     app.add_typer(workspace.app, name="workspace")
     app.command("doctor")(doctor.doctor)
+    _register_scaffolding()
+
+
+def _register_scaffolding() -> None:
+    # `init`, `rollout init`, `template list|apply`: a workspace from nothing (issue 17).
+    from osmosis.cli import init, rollout, template
+
+    app.command("init")(init.init_command)
+    app.add_typer(rollout.app, name="rollout")
+    app.add_typer(template.app, name="template")
 
 
 _register_groups()
+install_help_rendering()
 
 _GLOBAL_FLAGS = {"--json": Mode.JSON, "--plain": Mode.PLAIN}
 # Global options that take a value: flag -> GlobalOptions field.

@@ -156,8 +156,13 @@ class Output:
         context: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         cells: Mapping[str, Callable[[Any], str]] | None = None,
+        total_known: bool = True,
     ) -> None:
         """Many resources: a table, tab-separated rows, or the list envelope.
+
+        `total_count` defaults to the items shown; a cursor-paged listing (logs) that cannot
+        know its total passes `total_known=False`, and JSON says `"total_count": null`
+        rather than a page size posing as the total.
 
         `headers` and `cells` shape the rich table only (a shorter title, "313 B" for a byte
         count), so it stays readable at 80 columns; JSON and plain keep the raw values.
@@ -166,7 +171,9 @@ class Output:
             self._write_json(
                 {
                     "items": list(items),
-                    "total_count": len(items) if total_count is None else total_count,
+                    "total_count": (len(items) if total_count is None else total_count)
+                    if total_known
+                    else None,
                     "has_more": has_more,
                     "next_offset": next_offset,
                     **dict(context or {}),
@@ -209,19 +216,19 @@ class Output:
                 payload["next_steps_structured"] = steps
             self._write_json(payload)
             return
-        self.console.print(message, markup=False, highlight=False)
+        _line(self.console, message)
 
     def info(self, message: str) -> None:
         """A progress or stage line; silent in JSON mode so stdout stays one document."""
         if self.mode is Mode.JSON:
             return
         target = self.console if self.mode is Mode.RICH else self.err_console
-        target.print(message, markup=False, highlight=False)
+        _line(target, message)
 
     def warn(self, message: str) -> None:
         if self.mode is Mode.JSON:
             return
-        self.err_console.print(f"warning: {message}", markup=False, highlight=False, style="yellow")
+        _line(self.err_console, f"warning: {message}", style="yellow")
 
     def error(self, error: CLIError) -> None:
         """Errors go to stderr: one line and a hint, or the error envelope."""
@@ -239,21 +246,28 @@ class Output:
                 stream=sys.stderr,
             )
             return
-        self.err_console.print(
-            f"error: {error.message}", markup=False, highlight=False, style="red"
-        )
+        _line(self.err_console, f"error: {error.message}", style="red")
         # What the JSON envelope carries in `details` must reach a terminal user too: the
         # question a confirmation would have asked, and problems the message only counts.
         prompt = error.details.get("prompt")
         if isinstance(prompt, str):
-            self.err_console.print(f"  {prompt}", markup=False, highlight=False)
+            _line(self.err_console, f"  {prompt}")
         problems = error.details.get("problems")
         if isinstance(problems, list):
             for problem in problems:
                 if isinstance(problem, str) and problem not in error.message:
-                    self.err_console.print(f"  {problem}", markup=False, highlight=False)
+                    _line(self.err_console, f"  {problem}")
         if error.hint:
-            self.err_console.print(f"hint: {error.hint}", markup=False, highlight=False)
+            _line(self.err_console, f"hint: {error.hint}")
+
+
+def _line(console: Console, text: str, *, style: str | None = None) -> None:
+    """One message line, printed as written. Off a terminal (a CI log, a pipe) it is not
+    hard-wrapped at 80 columns, so a printed command (`--name X --retry-failed`) can be
+    copied whole; on a terminal Rich wraps it to the window."""
+    console.print(
+        text, markup=False, highlight=False, style=style, soft_wrap=not console.is_terminal
+    )
 
 
 def short_time(value: Any, *, seconds: bool = False) -> str:
@@ -289,3 +303,79 @@ def _plain(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)
     return str(value)
+
+
+# -- help ------------------------------------------------------------------------------------
+def install_help_rendering() -> None:
+    """Make `--help` say what an option takes, and print help text as written.
+
+    typer 0.29 shows `<bool>` beside every flag and `<str>` beside every text option, and
+    parses help text as Rich markup, so `[secrets]` or `[env]` in a sentence vanished. Here a
+    flag shows nothing (it takes no value), a value shows its kind as osmosis-ai's CLI does
+    (TEXT, INTEGER, FLOAT, PATH; choices as `<a|b>`; an explicit metavar wins), and help text
+    is literal. Cheap: nothing more is imported until help is rendered.
+    """
+    from typer import core
+
+    if getattr(core.TyperOption, "_osmosis_help", False):
+        return
+
+    def kind(self: Any, ctx: Any, original: Callable[[Any, Any], str | None]) -> str | None:
+        if self.metavar is not None:
+            return str(self.metavar)
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        shown = original(self, ctx)
+        if shown is None or getattr(self.type_descriptor, "is_choice", False):
+            return shown  # the choices: <personal|workspace>
+        bare = shown.strip("<>")
+        if bare.startswith("list[") and bare.endswith("]"):
+            bare = bare[5:-1]  # a variadic argument: typer already adds "..." to its name
+        return _KINDS.get(bare, bare.upper())
+
+    def patched(original: Callable[[Any, Any], str | None]) -> Callable[[Any, Any], str | None]:
+        return lambda self, ctx: kind(self, ctx, original)
+
+    for param in (core.TyperOption, core.TyperArgument):
+        param.display_type_rich = patched(param.display_type_rich)  # type: ignore[method-assign,assignment]
+    core.TyperOption._osmosis_help = True  # type: ignore[attr-defined]
+    for command in (core.TyperCommand, core.TyperGroup):
+        command.format_help = _literal_help(command.format_help)  # type: ignore[method-assign]
+
+
+_KINDS = {
+    "str": "TEXT",
+    "int": "INTEGER",
+    "int range": "INTEGER",
+    "float": "FLOAT",
+    "float range": "FLOAT",
+    "path": "PATH",
+    "bool": "BOOLEAN",
+}
+
+
+def _literal_help(format_help: Callable[..., None]) -> Callable[..., None]:
+    def format_literal(self: Any, ctx: Any, formatter: Any) -> None:
+        _literal_rich_text()
+        format_help(self, ctx, formatter)
+
+    return format_literal
+
+
+def _literal_rich_text() -> None:
+    """Render help strings as plain text (typer parses them as Rich markup)."""
+    from typer import rich_utils
+
+    if getattr(rich_utils, "_osmosis_literal", False):
+        return
+    make_rich_text = rich_utils._make_rich_text
+
+    def literal(*, text: str, style: str = "", markup_mode: Any) -> Any:
+        if markup_mode == "rich":
+            from rich.markup import escape
+
+            text = escape(text)
+        return make_rich_text(text=text, style=style, markup_mode=markup_mode)
+
+    rich_utils._make_rich_text = literal
+    rich_utils._osmosis_literal = True  # type: ignore[attr-defined]

@@ -1,4 +1,10 @@
-"""Live progress of `eval run`: stage lines and a bar with pass rate, failures, tokens, rate."""
+"""Live progress of `eval run`: stage lines and a bar with pass rate, failures, tokens, rate.
+
+In a terminal the bar redraws in place. Without one (a CI log, a pipe, `--plain`) a line is
+printed instead each time another 10 % of the work is done (at most one a second) and at
+least every `line_interval_s` seconds while attempts finish, so a long run is never silent;
+`--json` prints nothing until its envelope.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +22,12 @@ if TYPE_CHECKING:
 class EvalProgress:
     """Implements the engine host's `Reporter` for the terminal."""
 
-    def __init__(self, out: Output, *, verbose: bool = False) -> None:
+    def __init__(
+        self, out: Output, *, verbose: bool = False, line_interval_s: float = 10.0
+    ) -> None:
         self.out = out
         self.verbose = verbose
+        self.line_interval_s = line_interval_s
         self.total = 0
         self.done = 0
         self.passed = 0
@@ -30,6 +39,9 @@ class EvalProgress:
         self._session_done = 0
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._lines = False  # print progress lines (no terminal to draw a bar on)
+        self._last_line = 0.0
+        self._last_step = 0
 
     def stage(self, message: str) -> None:
         self._print(message if message.startswith("→") else f"→ {message}")
@@ -42,7 +54,12 @@ class EvalProgress:
         self.total, self.done = total, done
         self.threshold = pass_threshold
         self._started = time.monotonic()
-        if self.out.mode is not Mode.RICH or not self.out.console.is_terminal:
+        if self.out.mode is Mode.JSON:
+            return
+        if self.out.mode is Mode.PLAIN or not self.out.console.is_terminal:
+            self._lines = True
+            self._last_line = self._started
+            self._last_step = self._step()
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -69,8 +86,18 @@ class EvalProgress:
                 self.passed += 1
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=self.done, summary=self.summary())
-        elif self.out.mode is Mode.PLAIN and self.done % 50 == 0:
-            self._print(f"{self.done}/{self.total} {self.summary()}")
+        elif self._lines:
+            now = time.monotonic()
+            step = self._step()
+            stepped = step > self._last_step and now - self._last_line >= 1.0
+            if stepped or now - self._last_line >= self.line_interval_s or self.done == self.total:
+                self._last_line, self._last_step = now, step
+                share = f" ({self.done / self.total:.0%})" if self.total else ""
+                self._print(f"eval {self.done}/{self.total}{share} · {self.summary()}")
+
+    def _step(self) -> int:
+        """Which tenth of the work is done."""
+        return self.done * 10 // self.total if self.total else 0
 
     def summary(self) -> str:
         elapsed = max(time.monotonic() - self._started, 1e-9)

@@ -1,7 +1,10 @@
-"""`osmosis server`: run the platform in the foreground or background, stop it, show its state.
+"""`osmosis server`: run a platform process in the foreground or background, stop it, show its
+state, migrate the database.
 
-A running server announces itself in `<home>/server.pid` and `<home>/server.json`; `stop` and
-`status` read those. Typer only at module level: FastAPI loads when a server actually starts.
+A running server announces itself in `<home>/server.pid` and `<home>/server.json`, a worker
+process (`--role worker`) in `<home>/worker.json`; `stop` and `status` read those, and
+`status` also lists every live process of the platform from the database
+(`cli/server_platform.py`). Typer only at module level: FastAPI loads when a server starts.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
+    from osmosis.cli.output import CLIError
+    from osmosis.platform.home_lock import HomeInUse
     from osmosis.platform.settings import Settings
 
 app = typer.Typer(help="Run the self-hosted platform.", no_args_is_help=True)
@@ -46,7 +51,15 @@ def start(
     port: int | None = typer.Option(None, "--port", help="Port to listen on (default 8765)."),
     home: Path | None = HomeOption,
     detach: bool = typer.Option(
-        False, "--detach", help="Run in the background; log to <home>/server.log."
+        False,
+        "--detach",
+        help="Run in the background; log to <home>/server.log (<home>/worker.log for a worker).",
+    ),
+    role: str | None = typer.Option(
+        None,
+        "--role",
+        help="all (default: HTTP API, dashboard and the worker executing runs), api (HTTP "
+        "only) or worker (runs only). Default: OSMOSIS_ROLE, else all.",
     ),
 ) -> None:
     """Start the platform: database migrations, first admin user, then the HTTP API.
@@ -54,27 +67,49 @@ def start(
     First start writes the admin token to <home>/credentials.json (mode 0600).
 
     The local CLI reads that file, so no login is needed.
+
+    A team's platform: `osmosis server migrate` once, then `--role api` and
+    `--role worker` processes on one PostgreSQL and one blob directory.
     """
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
     from osmosis.client import is_loopback
 
-    settings = _settings(host=host, port=port, home=home)
-    if not is_loopback(settings.host) and not settings.allow_insecure_http:
+    settings = _settings(host=host, port=port, home=home, role=role)
+    serves_http = settings.role != "worker"
+    if serves_http and not is_loopback(settings.host) and not settings.allow_insecure_http:
         raise CLIError(
             f"refusing to serve plain http on {settings.host}: tokens would travel unencrypted",
             code="VALIDATION",
             hint="listen on 127.0.0.1 behind a TLS proxy, or set OSMOSIS_ALLOW_INSECURE_HTTP=1",
         )
-    running = _running_pid(settings)
-    if running is not None:
+    from osmosis.eval.sandbox.support import sandbox_report
+
+    # Only a process that executes runs (roles all and worker) starts workspace code.
+    sandbox = sandbox_report(settings.sandbox, settings.sandbox_bwrap, executor=settings.executor)
+    if settings.role != "api" and settings.sandbox and sandbox["available"] is False:
+        # Workspace code must not run unsandboxed by accident (docs: Security model).
         raise CLIError(
-            f"a server is already running for {settings.home} (pid {running})",
-            code="CONFLICT",
-            details={"pid": running, "home": str(settings.home)},
-            hint="osmosis server stop",
+            f"refusing to start: the rollout sandbox is unavailable: {sandbox['reason']}",
+            code="VALIDATION",
+            details={"sandbox": sandbox},
+            hint=str(sandbox["fix"]),
         )
-    if _port_answers(settings):
+    if sandbox["warning"] and settings.role != "api":
+        output().warn(str(sandbox["warning"]))
+    from osmosis.platform.home_lock import Holder, HomeInUse, read_holder
+
+    holder = read_holder(settings.lock_file) if serves_http else None
+    running = _running_pid(settings) if serves_http else None
+    if holder is not None or running is not None:
+        # The server's lock decides (see `serve`); this early check only saves a spawn.
+        state = _read_state(settings)
+        known = holder or Holder(pid=running or 0, port=state.get("port", 0), url="")
+        raise _home_in_use(HomeInUse(settings.home, known))
+    worker = _running_worker(settings) if settings.role != "api" else None
+    if worker is not None:
+        raise _worker_in_use(settings, worker)
+    if serves_http and _port_answers(settings):
         raise CLIError(
             f"port {settings.port} on {settings.host} is already in use",
             code="CONFLICT",
@@ -82,20 +117,43 @@ def start(
         )
     if detach:
         pid = _spawn(settings)
+        if serves_http:
+            message = f"Platform running at {settings.url} (pid {pid}, log {settings.log_file})"
+        else:
+            message = f"Worker running (pid {pid}, log {settings.worker_log_file})"
         output().operation(
             "server.start",
-            message=f"Platform running at {settings.url} (pid {pid}, log {settings.log_file})",
+            message=message,
             resource=_describe(settings, pid=pid, running=True),
             next_steps=[{"command": "osmosis server stop"}],
         )
         return
+    from osmosis.platform.blobs import BlobStoreError
     from osmosis.platform.crypto import SecretKeyError
     from osmosis.platform.db.engine import DatabaseUnavailable
+    from osmosis.platform.schema_revision import SchemaMismatch
     from osmosis.platform.server import serve
 
-    output().info(f"Platform at {settings.url} (home {settings.home}); Ctrl-C stops it.")
+    if serves_http:
+        output().info(f"Platform at {settings.url} (home {settings.home}); Ctrl-C stops it.")
+    else:
+        output().info(f"Worker for {settings.home}: claiming runs; Ctrl-C stops it.")
     try:
         serve(settings)
+    except HomeInUse as error:
+        if error.home == settings.home and settings.role != "api":
+            worker = _running_worker(settings)
+            if worker is not None:
+                raise _worker_in_use(settings, worker) from None
+        raise _home_in_use(error) from None
+    except SchemaMismatch as error:
+        raise CLIError(
+            str(error), code="VALIDATION", hint="osmosis server migrate; then start again"
+        ) from None
+    except BlobStoreError as error:
+        raise CLIError(
+            str(error), code="VALIDATION", hint="check OSMOSIS_BLOB_DIR and OSMOSIS_BLOB_SHARED"
+        ) from None
     except DatabaseUnavailable as error:
         raise CLIError(str(error), code="VALIDATION", hint="check OSMOSIS_DATABASE_URL") from None
     except SecretKeyError as error:
@@ -108,13 +166,15 @@ def start(
 
 @app.command("stop")
 def stop(home: Path | None = HomeOption) -> None:
-    """Stop the background server of a home (SIGTERM, then wait for it to exit)."""
+    """Stop a home's background server and worker (SIGTERM, then wait).
+
+    A stopped worker's runs go back to the queue, for any worker to resume."""
     from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
 
     settings = _settings(home=home)
     pid = _running_pid(settings)
-    if pid is None:
+    worker = _running_worker(settings)
+    if pid is None and worker is None:
         _clear_stale(settings)
         output().operation(
             "server.stop",
@@ -122,45 +182,116 @@ def stop(home: Path | None = HomeOption) -> None:
             resource=_describe(settings, pid=None, running=False),
         )
         return
+    stopped = []
+    for what, target in (("server", pid), ("worker", worker)):
+        if target is not None:
+            _terminate(target, what)
+            stopped.append(f"the {what} (pid {target})")
+    _clear_stale(settings)
+    output().operation(
+        "server.stop",
+        message=f"Stopped {' and '.join(stopped)}.",
+        resource={
+            **_describe(settings, pid=pid or worker, running=False),
+            "worker_pid": worker,
+        },
+    )
+
+
+def _terminate(pid: int, what: str) -> None:
+    from osmosis.cli.output import CLIError
+
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
     while _alive(pid):
         if time.monotonic() > deadline:
             raise CLIError(
-                f"the server (pid {pid}) did not stop within {STOP_TIMEOUT:.0f} s",
+                f"the {what} (pid {pid}) did not stop within {STOP_TIMEOUT:.0f} s",
                 code="PLATFORM_ERROR",
                 details={"pid": pid},
                 hint=f"kill -9 {pid}",
             )
         time.sleep(0.1)
-    _clear_stale(settings)
-    output().operation(
-        "server.stop",
-        message=f"Stopped the server (pid {pid}).",
-        resource=_describe(settings, pid=pid, running=False),
-    )
 
 
 @app.command("status")
 def status(home: Path | None = HomeOption) -> None:
-    """Show whether a server is running for a home, with its pid and URL."""
+    """Show a home's server and worker, and every live process of the platform.
+
+    The platform's processes and the runs each worker holds come from the database."""
     from osmosis.cli.main import output
+    from osmosis.cli.server_platform import platform_view
 
     settings = _settings(home=home)
     pid = _running_pid(settings)
-    output().detail(_describe(settings, pid=pid, running=pid is not None), title="Platform server")
+    worker = _running_worker(settings)
+    described = _describe(settings, pid=pid, running=pid is not None)
+    described["worker"] = {"running": worker is not None, "pid": worker}
+    output().detail(
+        {**described, **_disk(settings), **_sandbox(settings), **platform_view(settings)},
+        title="Platform server",
+    )
+
+
+@app.command("migrate")
+def migrate(home: Path | None = HomeOption) -> None:
+    """Apply the database migrations (once, before starting api/worker processes).
+
+    API and worker processes refuse an older schema; `--role all` migrates by itself."""
+    from osmosis.cli.main import output
+    from osmosis.cli.server_platform import migrate_database
+
+    settings = _settings(home=home)
+    found, now = migrate_database(settings)
+    message = (
+        f"The database is at revision {now} already."
+        if found == now
+        else f"Migrated the database from revision {found or 'none'} to {now}."
+    )
+    output().operation(
+        "server.migrate",
+        message=message,
+        resource={"from_revision": found, "revision": now},
+    )
 
 
 # -- process bookkeeping -------------------------------------------------------------------
 def _describe(settings: Settings, *, pid: int | None, running: bool) -> dict[str, Any]:
     state = _read_state(settings)
+    worker = settings.role == "worker"
     return {
         "running": running,
         "pid": pid,
-        "url": state.get("url", settings.url) if running else None,
+        "role": state.get("role", settings.role) if running else settings.role,
+        "url": state.get("url", settings.url) if running and not worker else None,
         "home": str(settings.home),
-        "log_file": str(settings.log_file),
+        "log_file": str(settings.worker_log_file if worker else settings.log_file),
     }
+
+
+def _running_worker(settings: Settings) -> int | None:
+    """The home's worker process (`--role worker`, or the worker part of a server with role
+    all, which is the server's own pid): its state file's, else the worker lock's holder."""
+    from osmosis.platform.home_lock import is_osmosis_process, read_holder
+
+    pid = _worker_state_pid(settings)
+    if pid is not None and is_osmosis_process(pid):
+        return pid
+    holder = read_holder(settings.worker_lock_file)
+    if holder is None or holder.pid == _running_pid(settings):
+        return None  # no worker, or the one inside the server (role all)
+    return holder.pid
+
+
+def _worker_in_use(settings: Settings, pid: int) -> CLIError:
+    from osmosis.cli.output import CLIError
+
+    return CLIError(
+        f"a worker is already running for {settings.home} (pid {pid})",
+        code="CONFLICT",
+        details={"home": str(settings.home), "pid": pid},
+        hint="osmosis server status shows it; osmosis server stop stops it",
+    )
 
 
 def _read_state(settings: Settings) -> dict[str, Any]:
@@ -173,40 +304,67 @@ def _read_state(settings: Settings) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _disk(settings: Settings) -> dict[str, Any]:
+    from osmosis.platform.disk import disk_space
+
+    space = disk_space(settings.home, min_free_bytes=settings.min_free_disk_bytes)
+    described: dict[str, Any] = {"low_disk": space.low, "disk_free_bytes": space.free_bytes}
+    if space.low:
+        described["disk_warning"] = f"{space.describe(settings.home)}: no run starts"
+    return described
+
+
+def _sandbox(settings: Settings) -> dict[str, Any]:
+    from osmosis.eval.sandbox.support import sandbox_report
+
+    report = sandbox_report(settings.sandbox, settings.sandbox_bwrap, executor=settings.executor)
+    described: dict[str, Any] = {"sandbox": report["sandbox"]}
+    if report["warning"]:
+        described["sandbox_warning"] = report["warning"]
+    return described
+
+
+def _home_in_use(error: HomeInUse) -> CLIError:
+    from osmosis.cli.output import CLIError
+
+    holder = error.holder
+    return CLIError(
+        str(error),
+        code="CONFLICT",
+        details={
+            "home": str(error.home),
+            "pid": holder.pid if holder else None,
+            "port": holder.port if holder else None,
+        },
+        hint="osmosis server status shows it; osmosis server stop stops it",
+    )
+
+
 def _alive(pid: int) -> bool:
-    """Whether `pid` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    from osmosis.platform.home_lock import process_alive
+
+    return process_alive(pid)
 
 
 def _running_pid(settings: Settings) -> int | None:
-    """The pid in the pid file if that process is alive and is an osmosis process."""
+    """The server's pid: the pid file's, else the home lock's holder; only a live osmosis
+    process counts (a pid recycled by another program after a crash must not be signalled)."""
+    from osmosis.platform.home_lock import is_osmosis_process, read_holder
+
     try:
         pid = int(settings.pid_file.read_text(encoding="utf-8").split()[0])
     except (OSError, ValueError, IndexError):
-        return None
-    if not _alive(pid):
-        return None
-    # A pid recycled by an unrelated program after a crash must not be signalled.
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        pid = None
+    if pid is not None and is_osmosis_process(pid):
         return pid
-    return pid if b"osmosis" in cmdline else None
+    holder = read_holder(settings.lock_file)  # no pid file yet (starting), or a stale one
+    return holder.pid if holder else None
 
 
 def _clear_stale(settings: Settings) -> None:
     settings.pid_file.unlink(missing_ok=True)
     settings.state_file.unlink(missing_ok=True)
+    settings.worker_state_file.unlink(missing_ok=True)
 
 
 def _port_answers(settings: Settings) -> bool:
@@ -223,8 +381,10 @@ def _port_answers(settings: Settings) -> bool:
 def _spawn(settings: Settings) -> int:
     """Start `osmosis server start` in a new session, and wait until it answers health."""
     from osmosis.cli.output import CLIError
+    from osmosis.platform.home_lock import HomeInUse, read_holder
+    from osmosis.platform.private_file import make_private_dir, open_private_append
 
-    settings.home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(settings.home)
     command = [
         sys.executable,
         "-c",
@@ -237,8 +397,12 @@ def _spawn(settings: Settings) -> int:
         str(settings.port),
         "--home",
         str(settings.home),
+        "--role",
+        settings.role,
     ]
-    with open(settings.log_file, "ab") as log:
+    worker = settings.role == "worker"
+    log_file = settings.worker_log_file if worker else settings.log_file
+    with open(open_private_append(log_file), "ab") as log:
         child = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -247,24 +411,43 @@ def _spawn(settings: Settings) -> int:
             start_new_session=True,  # survives the terminal that started it, and its Ctrl-C
         )
     deadline = time.monotonic() + START_TIMEOUT
+    what = "worker" if worker else "server"
     while time.monotonic() < deadline:
         if child.poll() is not None:
+            # Another start won the home's lock at the same moment: say which server runs.
+            holder = read_holder(settings.worker_lock_file if worker else settings.lock_file)
+            if holder is not None and holder.pid != child.pid:
+                if worker:
+                    raise _worker_in_use(settings, holder.pid)
+                raise _home_in_use(HomeInUse(settings.home, holder))
             raise CLIError(
-                f"the server exited during start-up (exit code {child.returncode})",
+                f"the {what} exited during start-up (exit code {child.returncode})",
                 code="PLATFORM_ERROR",
-                details={"log_file": str(settings.log_file), "log_tail": _tail(settings.log_file)},
-                hint=f"see {settings.log_file}",
+                details={"log_file": str(log_file), "log_tail": _tail(log_file)},
+                hint=f"see {log_file}",
             )
-        if _read_state(settings).get("pid") == child.pid and _healthy(settings.url):
+        if worker and _worker_state_pid(settings) == child.pid:
+            return child.pid
+        if not worker and _read_state(settings).get("pid") == child.pid and _healthy(settings.url):
             return child.pid
         time.sleep(0.1)
     child.terminate()
+    where = "start" if worker else f"answer at {settings.url}"
     raise CLIError(
-        f"the server did not answer at {settings.url} within {START_TIMEOUT:.0f} s",
+        f"the {what} did not {where} within {START_TIMEOUT:.0f} s",
         code="PLATFORM_ERROR",
-        details={"log_file": str(settings.log_file)},
-        hint=f"see {settings.log_file}",
+        details={"log_file": str(log_file)},
+        hint=f"see {log_file}",
     )
+
+
+def _worker_state_pid(settings: Settings) -> int | None:
+    import json
+
+    try:
+        return int(json.loads(settings.worker_state_file.read_text(encoding="utf-8"))["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _healthy(url: str) -> bool:

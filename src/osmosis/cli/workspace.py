@@ -1,7 +1,10 @@
-"""`osmosis workspace`: the platform workspace of the current git repository, and its members.
+"""`osmosis workspace`: create and list platform workspaces, show the current repository's,
+and manage its members.
 
-The workspace is named by the repository's `origin` (see `osmosis.workspace`); every
-workspace-scoped request sends that identity as `X-Osmosis-Git`.
+The reference CLI has no `workspace` group any more (its platform links repositories in the
+web UI); this self-hosted platform keeps one for what its server decides. The workspace is
+named by the repository's `origin` (see `osmosis.workspace`); every workspace-scoped request
+sends that identity as `X-Osmosis-Git`.
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ import typer
 if TYPE_CHECKING:
     from osmosis.workspace import Workspace
 
-app = typer.Typer(help="Show the current workspace and manage its members.", no_args_is_help=True)
-member_app = typer.Typer(help="Manage workspace members.", no_args_is_help=True)
+app = typer.Typer(
+    help="Create and list workspaces, show the current one, manage its members.",
+    no_args_is_help=True,
+)
+member_app = typer.Typer(
+    help="List, add, remove and re-role workspace members (owners change members).",
+    no_args_is_help=True,
+)
 app.add_typer(member_app, name="member")
 
 
@@ -44,9 +53,76 @@ def git_context(workspace: Workspace, platform_url: str | None = None) -> dict[s
     return context
 
 
+def _identity(origin: str | None) -> str:
+    """The identity of `origin` (a URL or a path, relative to here), or of this repository."""
+    from osmosis.cli.output import CLIError
+    from osmosis.workspace import normalise_identity
+
+    if origin is None:
+        return current_workspace().identity
+    try:
+        return normalise_identity(origin, base=Path.cwd())
+    except ValueError as error:
+        raise CLIError(f"ORIGIN {origin!r}: {error}", details={"origin": origin}) from None
+
+
+def _members(public: Any) -> list[dict[str, Any]]:
+    return [
+        {"name": m.name, "email": m.email, "role": m.role, "active": m.active, "user_id": m.user_id}
+        for m in public.members
+    ]
+
+
+@app.command("create")
+def create(
+    origin: str | None = typer.Argument(
+        None, help="A git URL or local path (default: this repository's origin)."
+    ),
+    owner: str | None = typer.Option(
+        None, "--owner", help="Admins: the owner's email, name or id (default: you)."
+    ),
+) -> None:
+    """Create the workspace of a git origin, owned by you or (admins) by --owner.
+
+    Who may create one is the server's OSMOSIS_WORKSPACE_CREATION (default: admins only);
+    the origin must be one the server may clone (OSMOSIS_CLONE_ALLOW).
+    """
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+
+    identity = _identity(origin)
+    with platform_errors(), open_client(None) as client:
+        public = client.create_workspace(identity=identity, owner=owner)
+    owners = ", ".join(m.name for m in public.members if m.role == "owner")
+    output().operation(
+        "workspace.create",
+        message=f"Created workspace {public.identity}, owned by {owners}.",
+        resource={"id": public.id, "identity": public.identity, "members": _members(public)},
+    )
+
+
+@app.command("list")
+def list_workspaces() -> None:
+    """List the workspaces you belong to, with your role in each."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+    from osmosis.cli.output import short_time
+
+    with platform_errors(), open_client(None) as client:
+        page = client.list_workspaces()
+    output().listing(
+        [ws.model_dump(mode="json") for ws in page.workspaces],
+        columns=["identity", "role", "members", "created_at", "id"],
+        headers={"created_at": "Created"},
+        cells={"created_at": short_time},
+        title="Your workspaces",
+        context={"platform_url": client.base_url},
+    )
+
+
 @app.command("info")
 def info() -> None:
-    """Show this repository's workspace and its members (creates it on first use)."""
+    """Show this repository's workspace and its members (an admin's first use creates it)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
     from osmosis.cli.output import Mode
@@ -62,40 +138,135 @@ def info() -> None:
         "role": public.role,
         "created_by": public.created_by,
         "created_at": public.created_at.isoformat(),
-        "members": [
-            {"name": m.name, "email": m.email, "role": m.role, "user_id": m.user_id}
-            for m in public.members
-        ],
+        "members": _members(public),
+        "sandbox_network": public.sandbox_network or "default",
         **git_context(workspace, client.base_url),
     }
     if out.mode is not Mode.JSON:
         # A person reads names and roles, not a JSON dump of each member.
         data["members"] = ", ".join(
-            f"{m.name}{f' <{m.email}>' if m.email else ''} ({m.role})" for m in public.members
+            f"{m.name}{f' <{m.email}>' if m.email else ''} "
+            f"({m.role}{'' if m.active else ', deactivated'})"
+            for m in public.members
         )
         data["git"] = redact_url(workspace.remote_url)
     out.detail(data, title="Workspace")
 
 
+@app.command("set")
+def set_options(
+    sandbox_network: str = typer.Option(
+        ...,
+        "--sandbox-network",
+        help="bridge (the model bridge only), full (the internet too, never this host's "
+        "loopback) or default (the platform's OSMOSIS_SANDBOX_NETWORK).",
+    ),
+) -> None:
+    """Change this repository's workspace settings (admins only)."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+    from osmosis.cli.output import CLIError
+
+    choices = {"bridge": "bridge", "full": "full", "default": None}
+    if sandbox_network not in choices:
+        raise CLIError(
+            f"--sandbox-network must be bridge, full or default, got {sandbox_network!r}",
+            code="VALIDATION",
+        )
+    workspace = current_workspace()
+    with platform_errors(), open_client(None) as client:
+        public = client.update_workspace(
+            git=workspace.identity, sandbox_network=choices[sandbox_network]
+        )
+    shown = public.sandbox_network or "the platform's default"
+    output().operation(
+        "workspace.set",
+        message=f"Sandboxed rollouts of {public.identity} reach: {shown}.",
+        resource={"identity": public.identity, "sandbox_network": public.sandbox_network},
+    )
+
+
+ROLE_HELP = "owner (adds, removes and re-roles members) or member."
+
+
+@member_app.command("list")
+def list_members() -> None:
+    """List this repository's workspace members: name, email, role, active."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+
+    workspace = current_workspace()
+    with platform_errors(), open_client(None) as client:
+        public = client.workspace(git=workspace.identity)
+    output().listing(
+        _members(public),
+        columns=["name", "email", "role", "active", "user_id"],
+        title=f"Members of {public.identity}",
+        context=git_context(workspace, client.base_url),
+    )
+
+
 @member_app.command("add")
 def add_member(
     user: str = typer.Argument(..., help="The user's email address or id."),
+    role: str = typer.Option("member", "--role", help=ROLE_HELP),
 ) -> None:
-    """Add an existing platform user to this repository's workspace."""
+    """Add an existing platform user to this repository's workspace (owners only)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
     from osmosis.platform.schemas import MemberAdd
 
     workspace = current_workspace()
     by = {"email": user} if "@" in user else {"user_id": user}
-    request_body(MemberAdd, **by)
+    request_body(MemberAdd, role=role, **by)
     with platform_errors(), open_client(None) as client:
-        public = client.add_workspace_member(git=workspace.identity, **by)
+        public = client.add_workspace_member(git=workspace.identity, role=role, **by)
     output().operation(
         "workspace.member.add",
-        message=f"Added {user} to workspace {public.identity}.",
-        resource={
-            "identity": public.identity,
-            "members": [m.model_dump(mode="json") for m in public.members],
-        },
+        message=f"Added {user} to workspace {public.identity} as {role}.",
+        resource={"identity": public.identity, "members": _members(public)},
+    )
+
+
+@member_app.command("remove")
+def remove_member(
+    user: str = typer.Argument(..., help="The member's email, name or id (yours: leave)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Remove a member (owners only), or leave the workspace yourself (asks first). The
+    last active owner cannot be removed; the member's runs stay."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.main import output
+
+    workspace = current_workspace()
+    out = output()
+    out.confirm(f"Remove {user} from workspace {workspace.identity}?", yes=yes)
+    with platform_errors(), open_client(None) as client:
+        removed = client.remove_workspace_member(git=workspace.identity, member=user)
+    out.operation(
+        "workspace.member.remove",
+        message=f"Removed {removed.name} from workspace {workspace.identity}.",
+        resource={"identity": workspace.identity, "member": removed.model_dump(mode="json")},
+    )
+
+
+@member_app.command("set-role")
+def set_role(
+    user: str = typer.Argument(..., help="The member's email, name or id."),
+    role: str = typer.Argument(..., help=ROLE_HELP),
+) -> None:
+    """Make a member an owner, or an owner a member (owners only; one active owner stays)."""
+    from osmosis.cli.credentials import open_client, platform_errors, request_body
+    from osmosis.cli.main import output
+    from osmosis.platform.schemas import MemberUpdate
+
+    workspace = current_workspace()
+    request_body(MemberUpdate, role=role)
+    with platform_errors(), open_client(None) as client:
+        public = client.set_workspace_member_role(git=workspace.identity, member=user, role=role)
+    output().operation(
+        "workspace.member.set-role",
+        message=f"{user} is now {'an owner' if role == 'owner' else 'a member'} of "
+        f"{public.identity}.",
+        resource={"identity": public.identity, "members": _members(public)},
     )

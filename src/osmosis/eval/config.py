@@ -7,9 +7,10 @@ each with `file:line` and the dotted key, as one `ConfigError`.
 Defaults: `n` = 1, `pass_threshold` = 1.0, and the documented platform defaults
 `agent_workflow_timeout_s` = 450 and `grader_timeout_s` = 150. We resolve those timeouts here,
 rather than leaving them unset, so a local run and a platform run of the same file get the same
-deadlines. `limit` and `batch_size` stay `None` when absent: "no limit" means a 10 % sample, and
-"no batch size" lets the rollout server's capacity decide. `EvalConfig.evaluation.model_fields_set`
-still tells which keys the file really set (the platform payload sends only those).
+deadlines. `limit` and `batch_size` stay `None` when absent: "no limit" means every row for a
+local `eval run` and a 10 % sample on the platform, and "no batch size" lets the rollout
+server's capacity decide. `EvalConfig.evaluation.model_fields_set` still tells which keys the
+file really set (the platform payload sends only those).
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ class ExperimentConfig(_Frozen):
 class EvaluationConfig(_Frozen):
     """How to evaluate: rows, attempts, concurrency, passing score and deadlines."""
 
-    limit: int | None = Field(default=None, ge=1, description="First N rows; None = 10 % sample.")
+    limit: int | None = Field(
+        default=None, ge=1, description="First N rows; None = all (the platform: 10 %)."
+    )
     n: int = Field(default=1, ge=1, description="Attempts per row (pass@k when > 1).")
     batch_size: int | None = Field(default=None, ge=1, description="Rollouts in flight at once.")
     pass_threshold: float = Field(default=1.0, allow_inf_nan=False, description="reward >= passes.")

@@ -373,8 +373,22 @@ class Checker:
         return clean
 
     def secrets(self, table: Mapping[str, Any], env_names: Set[str]) -> dict[str, Any]:
-        self.unknown_keys("secrets", table, SECRETS_KEYS)
         key = ("secrets", "required")
+        mapped = {name: value for name, value in table.items() if name != "required"}
+        if mapped and "required" not in table and all(isinstance(v, str) for v in mapped.values()):
+            # `OPENAI_API_KEY = "openai-api-key"`: the older form (still in Osmosis's workspace
+            # template) that mapped a variable to a secret record. Name the current one.
+            names = ", ".join(f'"{name}"' for name in mapped)
+            first, record = next(iter(mapped.items()))
+            self.add(
+                ("secrets",),
+                f'uses the older mapping form ({first} = "{record}"); list the names instead: '
+                f"required = [{names}] (each value comes from --secrets-file or the "
+                f"environment, or on the platform from the secret of that name: osmosis "
+                f"secret set {first})",
+            )
+            return {}
+        self.unknown_keys("secrets", table, SECRETS_KEYS)
         if "required" not in table:
             message = (
                 'Field required: a list of secret names, e.g. required = ["OPENAI_API_KEY"], or []'

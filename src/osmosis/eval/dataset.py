@@ -7,7 +7,8 @@ A dataset is a CSV, JSONL or Parquet file of named columns, in one of two modes:
 * metadata mode (a `metadata` column): every row needs a non-empty JSON object there (a JSON
   string in CSV/JSONL, a struct or JSON string in Parquet); prompt columns become optional.
 
-Everything is streamed: memory grows with the rows selected, never with the file.
+Everything is streamed: memory grows with the rows selected, never with the file. Sizes,
+row counts and nesting are bounded by `DatasetLimits` (`osmosis.eval.dataset_limits`).
 
 >>> info = validate_dataset("data/multiply.jsonl")  # doctest: +SKIP
 >>> selection = select_rows(info.rows, limit=5)  # doctest: +SKIP
@@ -40,6 +41,7 @@ from osmosis.eval.dataset_formats import (
     dataset_format,
     open_records,
 )
+from osmosis.eval.dataset_limits import DEFAULT_LIMITS, DatasetLimits
 from osmosis.eval.dataset_select import (
     SAMPLE_FRACTION,
     RowSpecError,
@@ -57,6 +59,7 @@ __all__ = [
     "DatasetError",
     "DatasetFingerprint",
     "DatasetInfo",
+    "DatasetLimits",
     "DatasetRow",
     "Problem",
     "RowSpecError",
@@ -114,7 +117,7 @@ class DatasetFingerprint:
 
 
 # -- validation ------------------------------------------------------------------------------------
-def validate_dataset(path: str | Path) -> DatasetInfo:
+def validate_dataset(path: str | Path, *, limits: DatasetLimits = DEFAULT_LIMITS) -> DatasetInfo:
     """Check a dataset file against every format rule in one streaming pass.
 
     Raises `DatasetError` naming the first `MAX_REPORTED_PROBLEMS` problems (line, row, column,
@@ -142,10 +145,16 @@ def validate_dataset(path: str | Path) -> DatasetInfo:
     checker: RowChecker | None = None
     rows = 0
     try:
-        reader = open_records(file, digest=digest)
-        checker = RowChecker(reader, report)
+        reader = open_records(file, digest=digest, limits=limits)
+        checker = RowChecker(reader, report, limits)
         for record in reader:
             rows += 1
+            if rows > limits.max_rows:
+                reader.close()
+                raise FormatError(
+                    f"the file has more than {limits.max_rows:,} rows; a dataset may have at "
+                    "most that many"
+                )
             checker.check(record)
     except FormatError as error:
         report.add(Problem(error.message, line=error.line))
@@ -170,7 +179,9 @@ def validate_dataset(path: str | Path) -> DatasetInfo:
 
 
 # -- reading ---------------------------------------------------------------------------------------
-def fingerprint_dataset(path: str | Path) -> DatasetFingerprint:
+def fingerprint_dataset(
+    path: str | Path, *, limits: DatasetLimits = DEFAULT_LIMITS
+) -> DatasetFingerprint:
     """SHA-256, row count and size of a dataset file in one streaming pass (no validation).
 
     >>> fingerprint_dataset("data/multiply.jsonl").rows  # doctest: +SKIP
@@ -179,14 +190,17 @@ def fingerprint_dataset(path: str | Path) -> DatasetFingerprint:
     file = Path(path)
     digest = hashlib.sha256()
     try:
-        rows = sum(1 for _ in open_records(file, digest=digest, parse=False))
+        rows = sum(1 for _ in open_records(file, digest=digest, parse=False, limits=limits))
     except FormatError as error:
         raise DatasetError(file, [Problem(error.message, line=error.line)]) from None
     return DatasetFingerprint(digest.hexdigest(), rows, file.stat().st_size)
 
 
 def read_rows(
-    path: str | Path, selection: Selection | Sequence[int] | None = None
+    path: str | Path,
+    selection: Selection | Sequence[int] | None = None,
+    *,
+    limits: DatasetLimits = DEFAULT_LIMITS,
 ) -> Iterator[DatasetRow]:
     """Stream rows as `DatasetRow`s: all of them, or only the selected source rows, in order.
 
@@ -201,10 +215,10 @@ def read_rows(
     wanted = None if selection is None else _wanted(selection)
     position = 0
     try:
-        reader = open_records(file)
+        reader = open_records(file, limits=limits)
     except FormatError as error:
         raise DatasetError(file, [Problem(error.message, line=error.line)]) from None
-    checker = RowChecker(reader, Report(file))
+    checker = RowChecker(reader, Report(file), limits)
     try:
         for record in reader:
             if wanted is not None:

@@ -2,7 +2,9 @@
 
 `RowChecker` decides the mode from the columns (prompt mode, or metadata mode when a `metadata`
 column exists), checks each row, and remembers the one thing that must agree across rows: the
-JSON type at each metadata key path. `Report` keeps the first problems and counts the rest.
+JSON type at each metadata key path. Every cell (and every JSONL column name) is also held to
+`DatasetLimits`: no NUL, no lone surrogate, bounded size and nesting. `Report` keeps the first
+problems and counts the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmosis.eval.dataset_formats import KNOWN_COLUMNS, Record, RecordReader, loads_strict
+from osmosis.eval.dataset_limits import DEFAULT_LIMITS, DatasetLimits, cell_problem
 
 __all__ = [
     "MAX_REPORTED_PROBLEMS",
@@ -96,9 +99,12 @@ class Report:
 class RowChecker:
     """Applies the per-row rules and remembers what must agree across rows."""
 
-    def __init__(self, reader: RecordReader, report: Report) -> None:
+    def __init__(
+        self, reader: RecordReader, report: Report, limits: DatasetLimits = DEFAULT_LIMITS
+    ) -> None:
         self.reader = reader
         self.report = report
+        self.limits = limits
         self.mode: Mode | None = None
         self.columns: tuple[str, ...] = ()
         self.missing: set[str] = set()
@@ -149,17 +155,30 @@ class RowChecker:
             return
         if self.mode is None:
             self.start(record)
-        for column, message in self.row_problems(record):
+        unusable = dict(self.cell_problems(record.fields))
+        for column, message in [*unusable.items(), *self.row_problems(record, unusable)]:
             self.report.add(Problem(message, line=record.line, row=record.row, column=column))
 
-    def row_problems(self, record: Record) -> Iterator[tuple[str, str]]:
+    def cell_problems(self, fields: dict[str, Any]) -> Iterator[tuple[str, str]]:
+        """(column, problem) for each cell the limits refuse, and for a refused column name."""
+        for column, value in fields.items():
+            if (named := cell_problem(column, self.limits)) is not None:
+                yield _shown(column), f"the column name {named}"
+            elif (problem := cell_problem(value, self.limits)) is not None:
+                yield column, problem
+
+    def row_problems(
+        self, record: Record, unusable: dict[str, str] | None = None
+    ) -> Iterator[tuple[str, str]]:
         fields = record.fields or {}
         # A row whose key set is already reported wrong is not blamed again for a missing key.
         blame_absent = record.problem is None
 
         def judged(name: str, *keys: str) -> bool:
             present = any(key in fields for key in keys or (name,))
-            return name not in self.missing and (present or blame_absent)
+            # A cell already refused (too deep, too large) is not walked again.
+            fine = name not in self.missing and name not in (unusable or {})
+            return fine and (present or blame_absent)
 
         if self.mode == "prompt":
             if judged("user_prompt") and text_of(fields.get("user_prompt")) is None:
@@ -175,7 +194,9 @@ class RowChecker:
             yield "system_prompt", _expected_text(fields["system_prompt"], "a")
 
     def metadata_problems(self, value: Any, record: Record) -> Iterator[tuple[str, str]]:
-        parsed, problem = parse_metadata(value)
+        parsed, problem = parse_metadata(value, self.limits)
+        if problem is None and isinstance(value, str):
+            problem = cell_problem(parsed, self.limits)  # a JSON string: its parsed value
         if problem is not None:
             yield "metadata", problem
             return
@@ -226,6 +247,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _shown(name: str) -> str:
+    """A column name fit to print: escapes instead of NUL or surrogates, and cut short."""
+    text = name.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _not_text(name: str, fields: dict[str, Any]) -> bool:
     """True when an optional text field holds something other than a string or null."""
     value = fields.get(name)
@@ -244,7 +271,9 @@ def label_of(fields: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_metadata(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+def parse_metadata(
+    value: Any, limits: DatasetLimits = DEFAULT_LIMITS
+) -> tuple[dict[str, Any] | None, str | None]:
     """The metadata object of a row, or why it is not a usable one."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None, "must be a non-empty JSON object (it is empty or null)"
@@ -253,6 +282,8 @@ def parse_metadata(value: Any) -> tuple[dict[str, Any] | None, str | None]:
             value = loads_strict(value)
         except ValueError as error:
             return None, f"invalid JSON: {error}"
+        except RecursionError:
+            return None, f"invalid JSON: {limits.too_deep_to_read}"
     if not isinstance(value, dict):
         return None, f"must be a JSON object, got {_json_kind(value) or type(value).__name__}"
     if not value:

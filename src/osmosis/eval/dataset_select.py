@@ -1,4 +1,7 @@
-"""Which rows of a dataset an evaluation runs: `--rows`, else `limit`, else a seeded 10 % sample.
+"""Which rows of a dataset an evaluation runs: `--rows`, else `limit`, else the default.
+
+The default differs by host, as in the reference: a local `eval run` takes every row
+(`fraction=None`), the platform a seeded random 10 % sample (`SAMPLE_FRACTION`).
 
 A selection is only a sorted tuple of source row indices, so it costs memory in proportion to
 the rows selected, never to the file; `osmosis.eval.dataset.read_rows` then streams just those.
@@ -38,7 +41,7 @@ class Selection:
 
     rows: tuple[int, ...]
     total_rows: int
-    method: Literal["rows", "limit", "sample"]
+    method: Literal["rows", "limit", "sample", "all"]
     seed: int | None = None
 
     def __len__(self) -> int:
@@ -99,9 +102,10 @@ def select_rows(
     limit: int | None = None,
     rows: str | None = None,
     seed: int | None = None,
-    fraction: float = SAMPLE_FRACTION,
+    fraction: float | None = SAMPLE_FRACTION,
 ) -> Selection:
-    """Choose the rows to run: `rows` (a `--rows` spec) wins, then `limit`, then a random sample.
+    """Choose the rows to run: `rows` (a `--rows` spec) wins, then `limit`, then a random
+    sample of `fraction` of the rows, or every row when `fraction` is None.
 
     The sample is `fraction` of the rows rounded up, at least one. Without `seed` a fresh one is
     drawn and returned in the selection, so the run can record it and reproduce the sample.
@@ -110,6 +114,8 @@ def select_rows(
     True
     >>> select_rows(100, rows="0,2").rows
     (0, 2)
+    >>> select_rows(3, fraction=None)
+    Selection(rows=(0, 1, 2), total_rows=3, method='all', seed=None)
     """
     if total_rows < 0:
         raise ValueError(f"total_rows must be >= 0, got {total_rows}")
@@ -119,6 +125,8 @@ def select_rows(
         if isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
         return Selection(tuple(range(min(limit, total_rows))), total_rows, "limit")
+    if fraction is None:
+        return Selection(tuple(range(total_rows)), total_rows, "all")
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
     if seed is None:

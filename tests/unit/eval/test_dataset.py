@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from osmosis.eval.dataset import (
     MAX_REPORTED_PROBLEMS,
     DatasetError,
+    DatasetLimits,
     DatasetRow,
     RowSpecError,
     Selection,
@@ -445,3 +447,171 @@ def test_a_selection_past_the_end_of_the_file_is_an_error(tmp_path: Path) -> Non
     path = write_jsonl(tmp_path / "d.jsonl", good(4))
     with pytest.raises(DatasetError, match="selected row 9 is past the end of the file"):
         list(read_rows(path, [1, 9]))
+
+
+# -- odd input and bombs (issue 13.7) ----------------------------------------------------------
+DEEP = '{"a": ' * 1000 + "1" + "}" * 1000  # a RecursionError for json, and for naive walks
+
+
+def _deep_csv(d: Path) -> Path:
+    cells = [json.dumps({"k": i}) for i in range(3)] + [DEEP]
+    return write_csv(
+        d / "x.csv", "metadata\n" + "".join(f'"{c.replace(chr(34), 2 * chr(34))}"\n' for c in cells)
+    )
+
+
+ODD_INPUT: list[tuple[str, Builder, str]] = [
+    (
+        "jsonl row nested 1000 deep",
+        lambda d: write_jsonl(d / "x.jsonl", [*meta(3), '{"metadata": ' + DEEP + "}"]),
+        "x.jsonl:4: row 3: invalid JSON: nested too deeply to read; a cell may nest at most 32",
+    ),
+    (
+        "jsonl metadata string nested 1000 deep",
+        lambda d: write_jsonl(d / "x.jsonl", [*meta(3), {"metadata": DEEP}]),
+        "x.jsonl:4: row 3: metadata: invalid JSON: nested too deeply to read",
+    ),
+    ("csv metadata nested 1000 deep", _deep_csv, "x.csv:5: row 3: metadata: invalid JSON: nested"),
+    (
+        "metadata nested 40 deep (parses, but over the limit)",
+        lambda d: write_jsonl(
+            d / "x.jsonl", [*meta(3), '{"metadata": ' + '{"a": ' * 40 + "1" + "}" * 41]
+        ),
+        "x.jsonl:4: row 3: metadata: is nested more than 32 levels deep",
+    ),
+    (
+        "jsonl NUL escape in a prompt",
+        lambda d: write_jsonl(
+            d / "x.jsonl", [*good(3), '{"user_prompt": "a\\u0000b", "ground_truth": "1"}']
+        ),
+        "x.jsonl:4: row 3: user_prompt: contains a NUL character (U+0000)",
+    ),
+    (
+        "csv NUL byte in a cell",
+        lambda d: write_raw(d / "x.csv", b"user_prompt,ground_truth\nq1,1\nq2,2\nq\x003,3\nq4,4\n"),
+        "x.csv:4: row 2: user_prompt: contains a NUL character (U+0000)",
+    ),
+    (
+        "jsonl lone surrogate",
+        lambda d: write_jsonl(
+            d / "x.jsonl", [*good(3), '{"user_prompt": "a\\ud800b", "ground_truth": "1"}']
+        ),
+        "x.jsonl:4: row 3: user_prompt: contains a lone surrogate (U+D800), which is not valid "
+        "Unicode; fix the \\ud800 escape",
+    ),
+    (
+        "lone surrogate inside metadata",
+        lambda d: write_jsonl(d / "x.jsonl", [*meta(3), '{"metadata": {"k": ["\\udfff"]}}']),
+        "x.jsonl:4: row 3: metadata: contains a lone surrogate (U+DFFF)",
+    ),
+    (
+        "lone surrogate in a column name",
+        lambda d: write_jsonl(
+            d / "x.jsonl", ['{"user_prompt": "q", "ground_truth": "1", "\\ud800": 1}'] * 4
+        ),
+        "x.jsonl:1: row 0: \\ud800: the column name contains a lone surrogate",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [pytest.param(build, expected, id=name) for name, build, expected in ODD_INPUT],
+)
+def test_odd_input_is_a_validation_error_never_a_crash(
+    tmp_path: Path, build: Builder, expected: str
+) -> None:
+    path = build(tmp_path)
+    with pytest.raises(DatasetError) as caught:
+        validate_dataset(path)
+    assert expected.replace("x.", f"{tmp_path}/x.", 1) in str(caught.value)
+    with pytest.raises(DatasetError):  # the engine's reader applies the same rules
+        list(read_rows(path))
+
+
+SMALL = DatasetLimits(max_cell_bytes=1000, max_rows=6, max_columns=5)
+
+
+def test_a_cell_over_the_limit_is_refused_in_every_format(tmp_path: Path) -> None:
+    rows = [*good(3), {"user_prompt": "é" * 501, "ground_truth": "1"}]  # 1,002 UTF-8 bytes
+    frame = {key: [row[key] for row in rows] for key in rows[0]}
+    paths = [
+        write_jsonl(tmp_path / "x.jsonl", rows),
+        write_csv(tmp_path / "x.csv", prompt_csv(rows)),
+        write_parquet(tmp_path / "x.parquet", frame),
+    ]
+    for path in paths:
+        with pytest.raises(DatasetError) as caught:
+            validate_dataset(path, limits=SMALL)
+        assert "row 3: user_prompt: holds more than 1,000 bytes" in str(caught.value), path
+    exactly = [*good(3), {"user_prompt": "é" * 500, "ground_truth": "1"}]
+    assert validate_dataset(write_jsonl(tmp_path / "ok.jsonl", exactly), limits=SMALL).rows == 4
+
+
+def test_a_line_over_the_limit_is_never_held_and_reading_goes_on(tmp_path: Path) -> None:
+    limits = DatasetLimits(max_cell_bytes=100)  # lines up to 400 bytes
+    long_line = json.dumps({"user_prompt": "x" * 500, "ground_truth": "1"})
+    path = write_jsonl(tmp_path / "x.jsonl", [*good(2), long_line, "not json", *good(2)])
+    with pytest.raises(DatasetError) as caught:
+        validate_dataset(path, limits=limits)
+    assert [(p.line, p.message[:30]) for p in caught.value.problems] == [
+        (3, "the line is longer than 400 by"),
+        (4, "invalid JSON: Expecting value "),
+    ]
+    csv_path = write_csv(tmp_path / "x.csv", "user_prompt,ground_truth\n" + "x" * 500 + ",1\n")
+    with pytest.raises(DatasetError, match=r"x\.csv:2: the line is longer than 400 bytes"):
+        validate_dataset(csv_path, limits=limits)
+
+
+def test_a_quoted_csv_cell_spanning_lines_is_bounded_too(tmp_path: Path) -> None:
+    limits = DatasetLimits(max_cell_bytes=100)
+    cell = '"' + "\n".join(["y" * 50] * 5) + '"'  # every line short, the cell 254 characters
+    path = write_csv(tmp_path / "x.csv", f"user_prompt,ground_truth\n{cell},1\n")
+    with pytest.raises(DatasetError, match="a cell holds more than 100 bytes"):
+        validate_dataset(path, limits=limits)
+
+
+def test_row_and_column_counts_are_bounded(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="more than 6 rows; a dataset may have at most"):
+        validate_dataset(write_jsonl(tmp_path / "x.jsonl", good(7)), limits=SMALL)
+    with pytest.raises(DatasetError, match="the file has 7 rows; a dataset may have at most 6"):
+        validate_dataset(
+            write_parquet(tmp_path / "x.parquet", {"user_prompt": ["q"] * 7, "label": ["1"] * 7}),
+            limits=SMALL,
+        )
+    wide = ",".join(["user_prompt", "ground_truth", *(f"c{i}" for i in range(4))])
+    with pytest.raises(DatasetError, match="the file has 6 columns; a dataset may have at most 5"):
+        validate_dataset(write_csv(tmp_path / "w.csv", wide + "\n"), limits=SMALL)
+    assert validate_dataset(write_jsonl(tmp_path / "y.jsonl", good(6)), limits=SMALL).rows == 6
+
+
+def test_a_parquet_bomb_is_refused_from_its_footer(tmp_path: Path) -> None:
+    # 4 rows of 50 KB strings in a file of about 1 KB: the average cell is over the limit,
+    # so the file is refused before a page is decompressed.
+    big = ["a" * 50_000 + str(i) for i in range(4)]
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(
+        pa.table({"user_prompt": big, "ground_truth": ["1"] * 4}), path, compression="zstd"
+    )
+    assert path.stat().st_size < 5_000
+    limits = DatasetLimits(max_cell_bytes=10_000)
+    with pytest.raises(DatasetError) as caught:
+        validate_dataset(path, limits=limits)
+    message = str(caught.value)
+    assert re.search(
+        r"column user_prompt holds [\d,]+ bytes per row on average in row group 0; "
+        r"a cell may hold at most 10,000",
+        message,
+    ), message
+    too_much = DatasetLimits(max_decompressed_bytes=100_000)
+    with pytest.raises(DatasetError, match="decompress to 200,"):
+        validate_dataset(path, limits=too_much)
+
+
+def test_parquet_nesting_is_bounded_from_the_schema(tmp_path: Path) -> None:
+    value: Any = {"leaf": 1}
+    for _ in range(40):
+        value = {"a": value}
+    path = write_parquet(tmp_path / "x.parquet", pa.table({"metadata": [value] * 4}))
+    with pytest.raises(DatasetError, match="column metadata is nested more than 32 levels deep"):
+        validate_dataset(path)

@@ -1,0 +1,182 @@
+"""Finding and reading local run directories (`.osmosis/evals/<name>/`) for the commands that
+look at finished or running local runs: `eval compare`, `eval info`, `eval upload`.
+
+    found = find_local_run("try1", root=runs_root(None))    # a directory, or a name under root
+    run = read_local_run(found)
+    run.manifest["local_run_id"], len(run.records())
+
+Reading never takes the run's lock: a run still being written is read as it stands (the
+journal's last, unfinished line is ignored, as a resume would ignore it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmosis.eval.records import AttemptRecord
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """One local run directory, as written by `eval run`."""
+
+    path: Path
+    manifest: dict[str, Any]
+    metrics: dict[str, Any] | None
+    """`metrics.json`, or None before the run first finished or halted."""
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("run_name") or self.path.name)
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        inputs = self.manifest.get("inputs")
+        return inputs if isinstance(inputs, dict) else {}
+
+    @property
+    def dataset_sha256(self) -> str | None:
+        value = (self.inputs.get("dataset") or {}).get("sha256")
+        return value if isinstance(value, str) else None
+
+    @property
+    def rows_digest(self) -> str | None:
+        value = (self.inputs.get("dataset") or {}).get("selected_source_rows")
+        return value if isinstance(value, str) else None
+
+    @property
+    def pass_threshold(self) -> float:
+        value = self.inputs.get("pass_threshold")
+        return float(value) if isinstance(value, int | float) else 1.0
+
+    def records(self) -> list[AttemptRecord]:
+        """Every recorded attempt, the latest journal line per (row, attempt), in row order."""
+        latest: dict[tuple[int, int], AttemptRecord] = {}
+        try:
+            handle = (self.path / "events.jsonl").open("rb")
+        except FileNotFoundError:
+            return []
+        with handle:
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # being written, or cut short by a crash: not recorded yet
+                with contextlib.suppress(ValueError):
+                    record = AttemptRecord.model_validate_json(line)
+                    latest[(record.row_index, record.run_index)] = record
+        return [latest[key] for key in sorted(latest)]
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "manifest.json").is_file()
+
+
+def find_local_run(ref: str, *, root: Path) -> Path | None:
+    """`ref` as a run directory (a path holding manifest.json), else as a run name under
+    `root`; None when it is neither (it may then be a platform run)."""
+    as_path = Path(ref).expanduser()
+    if is_run_dir(as_path):
+        return as_path.resolve()
+    if "/" not in ref and ref not in ("", ".", "..") and is_run_dir(root / ref):
+        return (root / ref).resolve()
+    return None
+
+
+def read_local_run(path: Path) -> LocalRun:
+    """Read a run directory's manifest and metrics; a bad manifest is a `ValueError`."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{path / 'manifest.json'}: not a readable run manifest ({error})"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path / 'manifest.json'}: not a JSON object")
+    metrics: dict[str, Any] | None = None
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
+        metrics = loaded if isinstance(loaded, dict) else None
+    return LocalRun(path=path, manifest=manifest, metrics=metrics)
+
+
+def show_local_info(out: Any, run: LocalRun) -> None:
+    """`eval info` for a local run: the platform view's sections, from the run directory."""
+    from osmosis.cli.eval_platform import _results_rows
+
+    metrics = run.metrics or {}
+    info = metrics.get("eval_run") or {}
+    summary = metrics.get("summary") or {}
+    records = run.records()
+    progress: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        progress = json.loads((run.path / "progress.json").read_text(encoding="utf-8"))
+    total = progress.get("total_runs")
+    # No metrics.json yet, or older than the journal: the run is still going (or was killed).
+    status = str(info.get("status") or "running")
+    if status == "finished" and len(records) != total:
+        status = "running"
+    inputs, provenance = run.inputs, run.manifest.get("provenance") or {}
+    rollout = inputs.get("rollout") or {}
+    results = {
+        "graded": summary.get("graded", 0),
+        "passed": summary.get("passed", 0),
+        "failed": summary.get("failed", 0),
+        "skipped": summary.get("skipped", 0),
+        "pass_rate": summary.get("pass_rate"),
+        "pass_threshold": summary.get("pass_threshold", run.pass_threshold),
+        "reward_stats": summary.get("reward_stats"),
+        "pass_at_k": summary.get("pass_at_k"),
+        "pass_hat_k": summary.get("pass_hat_k"),
+        "confidence_intervals": summary.get("confidence_intervals"),
+        "tokens_used": summary.get("tokens_used", 0),
+        "cost_usd": summary.get("cost_usd"),
+        "errors_by_type": summary.get("errors_by_type") or {},
+    }
+    if out.mode.value == "json":
+        out.detail(
+            {
+                "source": "local",
+                "output_path": str(run.path),
+                "eval_run": {**info, "status": status, "name": run.name},
+                "progress": {"completed": len(records), "total": total},
+                "metrics": metrics or None,
+                "metrics_available": bool(metrics),
+                "results": results,
+                "manifest": run.manifest,
+            }
+        )
+        return
+    duration = info.get("duration_ms")
+    out.detail(
+        {
+            "Name": run.name,
+            "Status": f"{status} (local run)",
+            "Progress": f"{len(records)} / {total} samples" if total else f"{len(records)}",
+            "Duration": f"{duration / 1000:.1f}s" if isinstance(duration, int | float) else None,
+            "Pass Rate": None if results["pass_rate"] is None else f"{results['pass_rate']:.1%}",
+            "Tokens Used": f"{results['tokens_used']:,}",
+            "Started": info.get("started_at") or run.manifest.get("created_at"),
+            "Completed": info.get("completed_at"),
+            "Dataset": f"{info.get('dataset_name') or '-'} ({provenance.get('dataset_path')})",
+            "Model": inputs.get("model_path"),
+            "Rollout": rollout.get("name"),
+        },
+        title=f"Local evaluation run {run.name}",
+    )
+    out.detail(
+        {
+            "Entrypoint": rollout.get("entrypoint"),
+            "Config": f"n={inputs.get('n')}, pass_threshold={inputs.get('pass_threshold')}",
+            "Config file": provenance.get("config_path"),
+            "Secrets": ", ".join(inputs.get("secrets") or []) or "-",
+        },
+        title="Configuration",
+    )
+    if metrics:
+        out.detail(_results_rows(results), title="Results")
+    else:
+        out.info("No metrics.json yet: the run has not finished or halted once.")
+    out.info(f"Output: {run.path}")
