@@ -155,7 +155,7 @@ def test_a_rollout_server_killed_on_its_node_restarts_there_costing_nothing(
     assert json.loads(out)["resource"]["metrics"]["errors_by_type"] == {"agent_error": 24}
     log = (run_dir(tmp_path, "server") / "logs.txt").read_text()
     assert "rollout server 'scripted-0' exited unexpectedly (code -9, killed by SIGKILL)" in log
-    assert "restarting rollout server scripted-0 (restart 1 of 2)" in log
+    assert "restarting rollout server scripted-0 (restart 1 of 2 within 10 minutes)" in log
     assert "placing rollout server scripted-0" not in log  # its actor lives: restarted in place
     assert len({e["node"] for e in entries if e["endpoint"] == "scripted-0"}) == 1
 
@@ -192,7 +192,7 @@ def test_killing_the_second_node_mid_run_loses_no_attempt(ray_cluster, tmp_path,
     assert killed_at < 120  # the node was lost with most of the run still to go
     log = (run_dir(tmp_path, "killed") / "logs.txt").read_text()
     assert "rollout endpoint scripted-1 (127.0.0.1 (ray node " in log and "is gone" in log
-    assert "restarting rollout server scripted-1 (restart 1 of 2)" in log
+    assert "restarting rollout server scripted-1 (restart 1 of 2 within 10 minutes)" in log
     head = {e["node"] for e in entries if e["endpoint"] == "scripted-0"}.pop()
     head_id = head.removeprefix("127.0.0.1 (ray node ").rstrip(")")
     assert f"placing rollout server scripted-1 on 127.0.0.1 ({head_id})" in log  # not the lost one

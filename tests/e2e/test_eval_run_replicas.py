@@ -95,7 +95,7 @@ def test_a_replica_killed_at_30_percent_costs_nothing(tmp_path, fake_model):
     # 1 in 5 rows has a grader that raises: those failures are the rollout's, none other.
     assert metrics["errors_by_type"] == {"agent_error": 40}
     log = (run_dir(tmp_path, "killed") / "logs.txt").read_text()
-    assert "killed by SIGKILL" in log and "(restart 1 of 2)" in log
+    assert "killed by SIGKILL" in log and "(restart 1 of 2 within 10 minutes)" in log
 
 
 def rollout_servers(engine_pid: int) -> list[int]:

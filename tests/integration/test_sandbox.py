@@ -125,7 +125,7 @@ async def test_a_server_killed_by_its_host_pid_is_replaced_and_stop_leaves_nothi
         second = await site.replace(first, first.death_reason)
         assert isinstance(second, SandboxEndpoint)
         assert (await second.api.health())["status"] == "ok"
-        assert "restarting rollout server echo (restart 1 of 1)" in lines
+        assert "restarting rollout server echo (restart 1 of 1 within 10 minutes)" in lines
         assert not any(d is not None and d.exists() for d in group_dirs)
         pids, socket_path = sandbox_pids(second), second.socket_path
     finally:

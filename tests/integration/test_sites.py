@@ -162,7 +162,7 @@ async def test_two_replicas_share_the_work_and_a_killed_one_is_drained_and_resta
     assert outcome.requeued >= 1  # what was in flight on the killed one ran again
     log = (tmp_path / "run" / "logs.txt").read_text()
     assert "rollout endpoint scripted-1" in log and "killed by SIGKILL" in log
-    assert "restarting rollout server scripted-1 (restart 1 of 2)" in log
+    assert "restarting rollout server scripted-1 (restart 1 of 2 within 10 minutes)" in log
     assert len(pids(tmp_path)) == 3 and killed[0] not in survivors  # a fresh process
     assert not any(alive(pid) for pid in pids(tmp_path))  # stopped on the way out
 
@@ -181,10 +181,40 @@ async def test_a_replica_that_keeps_dying_halts_naming_the_cause_not_its_last_li
     assert outcome.halted.startswith("no rollout server left: rollout server 'scripted' exited")
     assert "(code 3): MemoryError: the agent blew up" in outcome.halted
     assert "Uvicorn running" not in outcome.halted
-    assert "restarted 1 times already (limit 1)" in outcome.halted
+    assert "restarted 1 times in the last 10 minutes (limit 1)" in outcome.halted
     # The dying row is pending, never a zero; the others are recorded once each.
     assert [(r.row_index, r.status) for r in records] == [(row, "success") for row in range(3)]
     assert len(pids(tmp_path)) == 2
+
+
+async def test_a_replica_that_dies_again_after_the_restart_window_is_restarted_again(tmp_path):
+    # One restart allowed per second: two deaths 1.5 s apart are two restarts, not a halt
+    # (before the window, a replica that died twice early could never be replaced later).
+    workspace(tmp_path)
+    rows = 90
+    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=rows, n=1), inputs={}, provenance={})
+    kills: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    def kill_twice(_record) -> None:
+        first_due = not kills and run.recorded_count() >= 5
+        second_due = len(kills) == 1 and loop.time() - kills[0] > 1.5
+        if first_due or second_due:
+            kills.append(loop.time())
+            os.kill(site.endpoints[0].process.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+
+    with run, FakeModelServer() as model:
+        async with site_for(tmp_path, run, max_restarts=1, restart_window_sec=1.0) as site:
+            await site.start(replicas=1)
+            outcome = await evaluate(
+                site, run, model, items(rows, sleep=0.25), on_record=kill_twice
+            )
+        records = list(run.records())
+    assert len(kills) == 2 and outcome.halted is None
+    assert [(r.row_index, r.status) for r in records] == [(row, "success") for row in range(rows)]
+    log = (tmp_path / "run" / "logs.txt").read_text()
+    assert log.count("restarting rollout server scripted (restart 1 of 1 within 1 s)") == 2
+    assert len(pids(tmp_path)) == 3
 
 
 async def test_an_entrypoint_that_raises_at_import_is_the_users_error_with_its_last_lines(

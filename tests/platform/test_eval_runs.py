@@ -507,7 +507,7 @@ def test_a_killed_rollout_server_is_restarted_and_the_run_resumes(host_channel_s
         logs = "\n".join(all_logs(client, created.id))
     assert detail.eval_run.status == "finished", logs
     assert (detail.summary.passed, detail.summary.progress.completed) == (20, 20)
-    assert "restarting rollout server scripted (restart 1 of 2)" in logs, logs
+    assert "restarting rollout server scripted (restart 1 of 2 within 10 minutes)" in logs, logs
     assert "exited unexpectedly" in logs
     assert int(pid_file.read_text()) != first_rollout
     keys = [

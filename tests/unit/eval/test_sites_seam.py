@@ -1,5 +1,5 @@
 """The site seam's small pure parts: its public names, the result parser every RolloutAPI
-shares, how a server's capacity and a dead server's cause are read."""
+shares, how a server's capacity and a dead server's cause are read, the restart budget."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import osmosis.eval.sites as sites
 from osmosis.eval.rollout_process import last_error_line
 from osmosis.eval.sites import MalformedResponse, parse_result
 from osmosis.eval.sites.local import capacity_of
+from osmosis.eval.sites.seam import RestartBudget, SiteExhausted
 
 
 def test_the_public_names_are_pinned():
@@ -82,3 +83,24 @@ def test_capacity_comes_from_health(health, capacity):
 )
 def test_a_dead_servers_cause_is_its_error_line_not_its_last_line(lines, cause):
     assert last_error_line(lines) == cause
+
+
+def test_the_restart_budget_counts_within_its_window_per_name():
+    now = [0.0]
+    budget = RestartBudget(limit=2, window_sec=600, clock=lambda: now[0])
+    assert [budget.charge("a"), budget.charge("b")] == [1, 1]
+    now[0] = 100.0
+    assert budget.charge("a") == 2
+    with pytest.raises(SiteExhausted, match=r"a was restarted 2 times in the last 10 minutes"):
+        budget.charge("a")  # a crash loop spends it at once
+    now[0] = 599.0
+    with pytest.raises(SiteExhausted, match=r"\(limit 2\)"):
+        budget.charge("a")  # the refused restart counted nothing
+    # Ten minutes after the first restart it no longer counts: a long run keeps its replica.
+    now[0] = 600.0
+    assert budget.charge("a") == 2
+    with pytest.raises(SiteExhausted):
+        budget.charge("a")  # the one at 100 s still counts
+    assert budget.describe(2) == "restart 2 of 2 within 10 minutes"
+    with pytest.raises(SiteExhausted, match="restarted 0 times"):
+        RestartBudget(limit=0).charge("a")

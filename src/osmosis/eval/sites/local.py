@@ -10,7 +10,8 @@ Every replica is a `RolloutProcess` (own port, own process group, dies with the 
 a `RolloutClient`. They share one trials root: rollout ids are unique, so each attempt's
 `trajectory.json` and `artifacts/` already sit at `trials_root/<rollout_id>`, and
 `Endpoint.trial` has nothing to fetch. A replica that dies or stops answering is stopped and
-started again under the same name, up to `max_restarts` times per replica.
+started again under the same name, up to `max_restarts` times per replica within any
+`restart_window_sec` (ten minutes by default, `seam.RestartBudget`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_client import RolloutClient
 from osmosis.eval.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
 from osmosis.eval.sites.api import RolloutAPI
-from osmosis.eval.sites.seam import Endpoint, SiteExhausted
+from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget
 
 DEFAULT_MAX_RESTARTS = 2
-"""How many times each local replica is started again after it died."""
+"""How many times each replica is started again after it died, within the restart window."""
 
 _HOSTNAME = socket.gethostname()
 
@@ -109,6 +110,7 @@ class LocalProcessSite:
         log: Callable[[str], None],
         redactor: Redactor,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window_sec: float = RESTART_WINDOW_SEC,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
         base_env: Mapping[str, str] | None = None,
     ) -> None:
@@ -119,11 +121,10 @@ class LocalProcessSite:
         self.trials_root = trials_root
         self.log = log
         self.redactor = redactor
-        self.max_restarts = max_restarts
+        self.restarts = RestartBudget(max_restarts, window_sec=restart_window_sec)
         self.startup_timeout = startup_timeout
         self.base_env = base_env  # None: this process's environment (see child_environment)
         self._endpoints: list[LocalEndpoint] = []
-        self._restarts: dict[str, int] = {}
 
     @property
     def endpoints(self) -> Sequence[Endpoint]:
@@ -160,7 +161,8 @@ class LocalProcessSite:
             raise failures[0]
 
     async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
-        """Stop `endpoint` and start a server under its name, within the restart budget."""
+        """Stop `endpoint` and start a server under its name, within the restart budget
+        (`SiteExhausted` past it)."""
         if endpoint in self._endpoints:
             self._endpoints.remove(endpoint)
         if isinstance(endpoint, LocalEndpoint):
@@ -170,16 +172,8 @@ class LocalProcessSite:
         if free is not None:
             self.log(f"restarting rollout server {name} ({free})")
         else:
-            used = self._restarts.get(name, 0)
-            if used >= self.max_restarts:
-                raise SiteExhausted(
-                    f"rollout server {name} was restarted {used} times already "
-                    f"(limit {self.max_restarts})"
-                )
-            self._restarts[name] = used + 1
-            self.log(
-                f"restarting rollout server {name} (restart {used + 1} of {self.max_restarts})"
-            )
+            number = self.restarts.charge(name)
+            self.log(f"restarting rollout server {name} ({self.restarts.describe(number)})")
         new = await self._launch(name)
         self._endpoints.append(new)
         return new

@@ -32,9 +32,9 @@ so). How it works:
   back to pending with fresh rollout ids) and calls `replace`: a replica whose actor lives
   restarts its server in place; one whose actor is gone gets a new actor on the alive node
   with the fewest replicas, never the one it was lost on while another is left. Each name
-  restarts `max_restarts` times; Ray's own actor restarts stay off (`max_restarts=0`) so
-  this budget is the only one and a restarted actor never comes back empty behind the
-  engine's back.
+  restarts `max_restarts` times within any restart window (`seam.RestartBudget`); Ray's
+  own actor restarts stay off (`max_restarts=0`) so this budget is the only one and a
+  restarted actor never comes back empty behind the engine's back.
 - **Stop.** Actors are killed, the driver disconnects (`ray.shutdown`): they die with the
   run even when the engine's process is killed, since Ray ends a job's actors with it.
 """
@@ -61,7 +61,7 @@ from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_client import RolloutClient
 from osmosis.eval.sites.api import Lease, RolloutAPI, RolloutServerUnavailable, parse_result
 from osmosis.eval.sites.local import DEFAULT_MAX_RESTARTS, capacity_of
-from osmosis.eval.sites.seam import Endpoint, SiteExhausted
+from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, SiteExhausted
 from osmosis.eval.trial_outputs import DEFAULT_ARTIFACT_LIMITS, ArtifactLimits
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 
@@ -314,6 +314,7 @@ class RaySite:
         clean_env: bool = False,
         max_replicas: int | None = None,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window_sec: float = RESTART_WINDOW_SEC,
         startup_timeout: float = 60.0,
         transport: Transport = "actor",
     ) -> None:
@@ -329,7 +330,7 @@ class RaySite:
         self.bridge_url = bridge_url
         self.clean_env = clean_env
         self.max_replicas = max_replicas
-        self.max_restarts = max_restarts
+        self.restarts = RestartBudget(max_restarts, window_sec=restart_window_sec)
         self.startup_timeout = startup_timeout
         self.transport: Transport = transport
         self.ray: Any = None
@@ -340,7 +341,6 @@ class RaySite:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._restore: Callable[[], None] | None = None
         self._endpoints: list[RayEndpoint] = []
-        self._restarts: dict[str, int] = {}
 
     @property
     def endpoints(self) -> Sequence[Endpoint]:
@@ -525,20 +525,18 @@ class RaySite:
     # -- replacing and stopping -----------------------------------------------------------------
     async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
         """Restart `endpoint`'s server: in place while its actor lives, else on another alive
-        node (a new actor). Within `max_restarts` per name; raises `SiteExhausted`."""
+        node (a new actor). Within `max_restarts` per name and restart window; raises
+        `SiteExhausted`."""
         if endpoint in self._endpoints:
             self._endpoints.remove(endpoint)
         name = endpoint.name
-        used = self._restarts.get(name, 0)
-        if used >= self.max_restarts:
+        try:
+            number = self.restarts.charge(name)
+        except SiteExhausted:
             if isinstance(endpoint, RayEndpoint):
                 await endpoint.stop()
-            raise SiteExhausted(
-                f"rollout server {name} was restarted {used} times already "
-                f"(limit {self.max_restarts})"
-            )
-        self._restarts[name] = used + 1
-        self.log(f"restarting rollout server {name} (restart {used + 1} of {self.max_restarts})")
+            raise
+        self.log(f"restarting rollout server {name} ({self.restarts.describe(number)})")
         assert isinstance(endpoint, RayEndpoint)
         lost = _Placement(endpoint.info.node_id, endpoint.info.node_ip)
         if endpoint.actor_alive and endpoint.dead.is_set():

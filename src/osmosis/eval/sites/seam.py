@@ -11,7 +11,9 @@ event, and calls `site.replace(endpoint, reason)` when one is gone. Nothing else
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import collections
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -81,4 +83,54 @@ class SiteExhausted(Exception):
     """The site will not start another endpoint (its bounded restarts are used up)."""
 
 
-__all__ = ["Endpoint", "Site", "SiteExhausted"]
+RESTART_WINDOW_SEC = 600.0
+"""The span a site's restart limit counts over: a server that crash-loops spends its budget
+in moments, one that dies once an hour in a ten-hour run is restarted every time."""
+
+
+class RestartBudget:
+    """At most `limit` restarts of each endpoint name within any `window_sec`.
+
+    budget = RestartBudget(limit=2)
+    number = budget.charge("scripted-1")   # 1, then 2; SiteExhausted past the limit
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        window_sec: float = RESTART_WINDOW_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window_sec = window_sec
+        self._clock = clock
+        self._restarts: dict[str, collections.deque[float]] = {}
+
+    def charge(self, name: str) -> int:
+        """Count one restart of `name` and return its number within the window; raises
+        `SiteExhausted` (counting nothing) when `limit` are already in it."""
+        now = self._clock()
+        recent = self._restarts.setdefault(name, collections.deque())
+        while recent and now - recent[0] >= self.window_sec:
+            recent.popleft()
+        if len(recent) >= self.limit:
+            raise SiteExhausted(
+                f"rollout server {name} was restarted {len(recent)} times in the last "
+                f"{_span(self.window_sec)} (limit {self.limit})"
+            )
+        recent.append(now)
+        return len(recent)
+
+    def describe(self, number: int) -> str:
+        """How a log line names restart `number`: "restart 1 of 2 within 10 minutes"."""
+        return f"restart {number} of {self.limit} within {_span(self.window_sec)}"
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds:g} s"
+
+
+__all__ = ["RESTART_WINDOW_SEC", "Endpoint", "RestartBudget", "Site", "SiteExhausted"]
