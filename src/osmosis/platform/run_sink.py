@@ -42,6 +42,9 @@ class AttemptSink:
         self.pass_threshold = pass_threshold
         self._buffer: list[AttemptRecord] = []
         self._full = asyncio.Event()
+        # The write under way: its thread goes on when the flush awaiting it is cancelled
+        # (the run ended meanwhile), and the run must not be called over before it commits.
+        self._writing: asyncio.Future[None] | None = None
 
     # -- Reporter ---------------------------------------------------------------------------
     def stage(self, message: str) -> None:
@@ -79,11 +82,24 @@ class AttemptSink:
             await self.flush()
 
     async def flush(self) -> None:
+        """Write what is buffered; returns once it and any write before it are committed."""
         self._full.clear()
+        await self._written()
         if not self._buffer:
             return
         batch, self._buffer = self._buffer, []
-        await asyncio.to_thread(self._write, batch)
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, batch))
+        await self._written()
+
+    async def _written(self) -> None:
+        writing = self._writing
+        if writing is None:
+            return
+        try:
+            await asyncio.shield(writing)
+        finally:
+            if writing.done():  # its error, if any, is raised once
+                self._writing = None
 
     async def resync(self, journal: Path) -> int:
         """Make `eval_attempts` equal the journal (the latest line per attempt wins); returns
