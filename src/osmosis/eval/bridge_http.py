@@ -53,6 +53,7 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 ErrorBody = Callable[[int, str], tuple[bytes, bytes]]
 """(status, message) -> (content type, body) of an answer the server gives itself."""
 
+LISTEN_BACKLOG = 2048  # uvicorn's
 _STATUS_LINES = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus
 }
@@ -467,7 +468,11 @@ class AsgiServer:
     async def start(self, sock: socket.socket) -> None:
         """Accept connections on `sock` (bound, not yet listening)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
+        # asyncio's default backlog (100) drops the SYNs of a burst of rollouts connecting at
+        # once, and each dropped one waits a second for the kernel's retry.
+        self._server = await loop.create_server(
+            lambda: _Connection(self), sock=sock, backlog=LISTEN_BACKLOG
+        )
 
     async def stop(self) -> None:
         """Stop accepting; idle connections close now, busy ones once their answer is out or

@@ -270,6 +270,12 @@ async def serve(handler: Handler, host: str, port: int) -> HttpServer:
     """Listen on (host, port) and answer every request with `handler`."""
     connections: set[_Connection] = set()
     server = await asyncio.get_running_loop().create_server(
-        lambda: _Connection(handler, connections), host, port, reuse_address=True
+        lambda: _Connection(handler, connections),
+        host,
+        port,
+        reuse_address=True,
+        # As uvicorn (vLLM, SGLang) listens: asyncio's default of 100 drops SYNs when
+        # hundreds of clients connect at once, a one-second stall no real server has.
+        backlog=2048,
     )
     return HttpServer(server, connections)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import select
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -206,6 +207,28 @@ async def test_sequential_requests_share_one_connection_kept_alive() -> None:
             assert echoed(await peer.answer())["path"] == f"/{n}"
             assert len(served.server.connections) == 1
         assert await peer.quiet()
+
+
+@on_each_loop
+async def test_a_burst_of_connections_is_queued_while_the_loop_is_busy_not_dropped() -> None:
+    # Hundreds of rollouts call the bridge at once when a run starts. Connections the kernel
+    # has no room to queue are dropped, and each such client waits a second to try again.
+    burst = 600
+    async with serving(Echo()) as served:
+        clients = [socket.socket() for _ in range(burst)]
+        try:
+            for client in clients:  # the loop is blocked meanwhile: nothing is accepted
+                client.setblocking(False)
+                client.connect_ex(("127.0.0.1", served.port))
+            _, connected, _ = select.select([], clients, [], 0.5)
+            assert len(connected) == burst
+            peer = Peer(*await asyncio.open_connection(sock=clients.pop()))
+            served.peers.append(peer)
+            await peer.send(request("POST", "/last", b"x"))
+            assert echoed(await peer.answer())["path"] == "/last"
+        finally:
+            for client in clients:
+                client.close()
 
 
 @on_each_loop
