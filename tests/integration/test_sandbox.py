@@ -199,6 +199,21 @@ def test_eval_run_with_sandbox_passes_without_the_callers_environment(tmp_path):
     assert "sandbox: bubblewrap" in log
 
 
+def test_a_sandboxed_run_with_hundreds_of_model_calls_at_once_loses_none(tmp_path):
+    """600 rollouts call the bridge at once through the sandbox's forwarders: every call gets
+    through (a full listen backlog once refused some, and their attempts failed)."""
+    rows = [row("pass", a % 50 + 2, 3) for a in range(600)]
+    make_workspace(tmp_path, rows, env={"MAX_CONCURRENT": "600"})
+    with FakeModelServer(latency=0.5) as model:
+        done = osmosis(
+            "--json", "eval", "run", "configs/eval/scripted.toml", "--sandbox", "--yes",
+            "--max-in-flight", "600", cwd=tmp_path, env=model_env(model),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    resource = json.loads(done.stdout)["resource"]
+    assert resource["succeeded"] == 600, resource
+
+
 def test_a_venvs_own_pth_lines_never_widen_what_is_bound(tmp_path):
     """A dependency's `.pth` naming a directory (the platform home, say) binds nothing."""
     venv = tmp_path / "venv"

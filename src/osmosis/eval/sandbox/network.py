@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 _CHUNK = 256 * 1024
+_BACKLOG = 2048  # uvicorn's
 _SLIRP_READY_SEC = 10.0
 
 
@@ -52,7 +53,11 @@ class BridgeForwarder:
                 if task is not None and holder:
                     holder[0]._connections.discard(task)
 
-        server = await asyncio.start_unix_server(handle, path=str(path), limit=_CHUNK)
+        # Every rollout of every sandbox connects here; asyncio's default backlog (100)
+        # refuses a Unix connection past it, where TCP would queue it.
+        server = await asyncio.start_unix_server(
+            handle, path=str(path), limit=_CHUNK, backlog=_BACKLOG
+        )
         os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
         forwarder = cls(server, path)
         holder.append(forwarder)

@@ -38,6 +38,9 @@ from collections.abc import Awaitable
 from typing import Any
 
 _CHUNK = 256 * 1024
+# As uvicorn listens: asyncio's default (100) drops a burst of hundreds of connections (TCP)
+# or refuses it (a Unix socket), and the first wave of a run is such a burst.
+_BACKLOG = 2048
 _Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 _HARD_MARGIN = {"CPU": 5}  # seconds between SIGXCPU (soft) and SIGKILL (hard)
 
@@ -74,6 +77,7 @@ async def _serve(
         await asyncio.start_unix_server(
             lambda r, w: _forward(r, w, _connect_tcp("127.0.0.1", args.rollout_port)),
             sock=engine_side,
+            backlog=_BACKLOG,
         )
     ]
     if args.bridge_port and args.bridge_socket:
@@ -83,6 +87,7 @@ async def _serve(
                 host="127.0.0.1",
                 port=args.bridge_port,
                 reuse_address=True,
+                backlog=_BACKLOG,
             )
         )
 

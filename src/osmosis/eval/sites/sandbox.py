@@ -364,7 +364,7 @@ class SandboxSite(LocalProcessSite):
         launcher = _Launcher(self, group, listener, socket_path)
         try:
             listener.bind(str(socket_path))
-            listener.listen(256)
+            listener.listen(2048)  # the shim serves it with the same backlog
             process = await RolloutProcess.start(
                 self.environment,
                 self.rollout_dir,
