@@ -29,7 +29,7 @@ from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_client import RolloutClient
 from osmosis.eval.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
 from osmosis.eval.sites.api import RolloutAPI
-from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget
+from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, start_all
 
 DEFAULT_MAX_RESTARTS = 2
 """How many times each replica is started again after it died, within the restart window."""
@@ -138,27 +138,11 @@ class LocalProcessSite:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         base = self.rollout_dir.name
         names = [base if replicas == 1 else f"{base}-{index}" for index in range(replicas)]
-        launches = [asyncio.create_task(self._launch(name)) for name in names]
         try:
-            await asyncio.wait(launches)
-        finally:
-            # Also when cancelled (Ctrl-C): what started is kept, so `stop()` reaches it.
-            for launch in launches:
-                launch.cancel()
-            await asyncio.gather(*launches, return_exceptions=True)
-            self._endpoints.extend(
-                launch.result()
-                for launch in launches
-                if not launch.cancelled() and launch.exception() is None
-            )
-        failures = [
-            error
-            for launch in launches
-            if not launch.cancelled() and (error := launch.exception()) is not None
-        ]
-        if failures:
+            await start_all([self._launch(name) for name in names], self._endpoints)
+        except Exception:
             await self.stop()
-            raise failures[0]
+            raise
 
     async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
         """Stop `endpoint` and start a server under its name, within the restart budget

@@ -61,7 +61,13 @@ from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_client import RolloutClient
 from osmosis.eval.sites.api import Lease, RolloutAPI, RolloutServerUnavailable, parse_result
 from osmosis.eval.sites.local import DEFAULT_MAX_RESTARTS, capacity_of
-from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, SiteExhausted
+from osmosis.eval.sites.seam import (
+    RESTART_WINDOW_SEC,
+    Endpoint,
+    RestartBudget,
+    SiteExhausted,
+    start_all,
+)
 from osmosis.eval.trial_outputs import DEFAULT_ARTIFACT_LIMITS, ArtifactLimits
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 
@@ -386,27 +392,10 @@ class RaySite:
                 )
             )
             launches = [
-                asyncio.create_task(self._launch(name, placement))
+                self._launch(name, placement)
                 for name, placement in zip(names, placements, strict=True)
             ]
-            try:
-                await asyncio.wait(launches)
-            finally:
-                for launch in launches:
-                    launch.cancel()
-                await asyncio.gather(*launches, return_exceptions=True)
-                self._endpoints.extend(
-                    launch.result()
-                    for launch in launches
-                    if not launch.cancelled() and launch.exception() is None
-                )
-            failures = [
-                error
-                for launch in launches
-                if not launch.cancelled() and (error := launch.exception()) is not None
-            ]
-            if failures:
-                raise failures[0]
+            await start_all(launches, self._endpoints)
         except BaseException:
             await self.stop()
             raise

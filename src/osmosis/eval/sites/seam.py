@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from osmosis.eval.sites.api import RolloutAPI
 
@@ -126,6 +126,32 @@ class RestartBudget:
         return f"restart {number} of {self.limit} within {_span(self.window_sec)}"
 
 
+E = TypeVar("E")
+
+
+async def start_all(launches: Sequence[Coroutine[Any, Any, E]], started: list[E]) -> None:
+    """Run every launch at once and wait for all of them; each endpoint that started is
+    appended to `started`, also when this is cancelled (Ctrl-C), so the site's `stop()`
+    reaches it. Raises the first launch's failure once all are done."""
+    tasks = [asyncio.create_task(launch) for launch in launches]
+    if not tasks:
+        return
+    try:
+        await asyncio.wait(tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        started.extend(
+            task.result() for task in tasks if not task.cancelled() and task.exception() is None
+        )
+    failures = [
+        error for task in tasks if not task.cancelled() and (error := task.exception()) is not None
+    ]
+    if failures:
+        raise failures[0]
+
+
 def _span(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         minutes = int(seconds // 60)
@@ -133,4 +159,11 @@ def _span(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-__all__ = ["RESTART_WINDOW_SEC", "Endpoint", "RestartBudget", "Site", "SiteExhausted"]
+__all__ = [
+    "RESTART_WINDOW_SEC",
+    "Endpoint",
+    "RestartBudget",
+    "Site",
+    "SiteExhausted",
+    "start_all",
+]
