@@ -146,6 +146,10 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
         assert sorted((a.row_index, a.run_index) for a in attempts.attempts) == [
             (r, k) for r in range(5) for k in range(2)
         ]
+        # `limit` takes the first rows: each row is the dataset row of the same number.
+        assert [a.source_row_index for a in attempts.attempts] == [
+            a.row_index for a in attempts.attempts
+        ]
         failed = client.eval_run_attempts(created.id, status="failed")
         assert {a.error_type for a in failed.attempts} == {"agent_error"}
         best = client.eval_run_attempts(created.id, sort="-reward", limit=1).attempts[0]

@@ -75,9 +75,9 @@ def compare_command(
             f"the runs are not comparable row for row ({len(problems)} difference(s)):",
             details={"problems": problems, "runs": runs},
             hint=(
-                f"the platform does not say which dataset rows {', '.join(sampled)} ran "
-                "(without [evaluation] limit it samples 10 % at random): set limit to compare "
-                "platform runs row for row, or pass --allow-mismatch"
+                f"{', '.join(sampled)} ran a random sample of the dataset (without "
+                "[evaluation] limit the platform samples 10 % at random): set limit to "
+                "compare platform runs row for row, or pass --allow-mismatch"
                 if sampled
                 else "compare runs of the same dataset and rows, or pass --allow-mismatch"
             ),
@@ -105,7 +105,8 @@ class _Loaded:
     identity: RunIdentity
     outcomes: dict[int, RowOutcome]
     source_rows: dict[int, int] | None = None
-    """Each row's dataset position, where known (local journals carry it; the API does not)."""
+    """Each row's dataset position, where known (local journals and platform attempts since
+    migration 0009 carry it)."""
     sampled: bool = False
     """A platform run that sampled its rows at random: rows of another run cannot pair."""
 
@@ -180,7 +181,7 @@ def _platform_runs(refs: list[str], root: Path) -> dict[str, _Loaded]:
 
 
 def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
-    from osmosis.eval.compare import RunIdentity, row_outcomes
+    from osmosis.eval.compare import RunIdentity, row_outcomes, source_rows
 
     detail = client.get_eval_run(ref)
     attempts: list[dict[str, Any]] = []
@@ -191,23 +192,32 @@ def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
         offset = page.next_offset if page.has_more else None
     threshold = detail.summary.pass_threshold
     rows_digest, sampled = _platform_selection(detail)
+    sources: dict[int, int] | None = source_rows(attempts)
+    if attempts and len(sources or {}) == len({attempt["row_index"] for attempt in attempts}):
+        # Every row names its dataset row: pairs are checked row by row (check_alignment)
+        # rather than by a digest of the selection the counts suggest.
+        rows_digest = None
+    else:  # attempts stored before the platform kept their dataset rows
+        sources = None
     identity = RunIdentity(
         label=ref,
         dataset_sha256=detail.dataset.sha256 or None,
         rows_digest=rows_digest,
         pass_threshold=threshold,
     )
-    return _Loaded(identity, row_outcomes(attempts, threshold), sampled=sampled)
+    return _Loaded(
+        identity, row_outcomes(attempts, threshold), source_rows=sources, sampled=sampled
+    )
 
 
 def _platform_selection(detail: Any) -> tuple[str | None, bool]:
     """(rows digest, sampled at random) of a platform run, from its config and counts.
 
-    The API gives neither the rows a run selected nor their dataset positions, but the rule
-    is known: `limit` takes the first rows, as a local run does (so the digest is the one a
-    local manifest records); without it the platform samples 10 % at random, and such a
-    run's row 0 is nobody else's row 0 (a digest of its own id says so). None when the counts
-    cannot tell (an older or imported run without them)."""
+    What compare falls back on for attempts stored before the platform kept each one's
+    dataset row (migration 0009); the rule is known: `limit` takes the first rows, as a local
+    run does (so the digest is the one a local manifest records); without it the platform
+    samples 10 % at random, and such a run's row 0 is nobody else's row 0 (a digest of its own
+    id says so). None when the counts cannot tell (an older or imported run without them)."""
     from osmosis.eval.dataset_select import Selection
     from osmosis.eval.local_plan import _selection_digest
 

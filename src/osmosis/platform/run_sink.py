@@ -186,6 +186,7 @@ def _upsert(db: Session, run_id: str, records: list[AttemptRecord]) -> None:
             "run_id": run_id,
             "row_index": r.row_index,
             "run_index": r.run_index,
+            "source_row_index": r.source_row_index,
             "rollout_id": r.rollout_id,
             "status": r.status,
             "reward": r.reward,

@@ -510,6 +510,7 @@ def _attempts(run_id: str, journal: Path) -> list[EvalAttempt]:
             run_id=run_id,
             row_index=r.row_index,
             run_index=r.run_index,
+            source_row_index=r.source_row_index,
             rollout_id=r.rollout_id,
             status=r.status,
             reward=r.reward,

@@ -128,6 +128,8 @@ class EvalAttempt(Base):
     )
     row_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source_row_index: Mapped[int | None] = mapped_column(Integer)
+    """The row's position in the dataset file (`row_index` is its place in the selection)."""
     rollout_id: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16))
     reward: Mapped[float | None] = mapped_column(Float)

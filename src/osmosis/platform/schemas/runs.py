@@ -243,6 +243,11 @@ class FileManifest(_Model):
 class AttemptPublic(_Model):
     row_index: int
     run_index: int
+    source_row_index: int | None = Field(
+        default=None,
+        description="The row's position in the dataset file; null for attempts stored before "
+        "the platform kept it.",
+    )
     rollout_id: str
     status: AttemptStatus
     reward: float | None
