@@ -19,11 +19,14 @@ from pathlib import Path
 
 import pytest
 
+import osmosis.eval.sandbox.limits as limits
 from osmosis.eval.environment import prepare_environment
 from osmosis.eval.redact import Redactor
-from osmosis.eval.sandbox import SandboxPolicy
+from osmosis.eval.sandbox import SandboxLimits, SandboxPolicy
 from osmosis.eval.sandbox.layout import interpreter_dirs
 from osmosis.eval.sites.sandbox import SandboxEndpoint, SandboxSite
+from osmosis.rollout.protocol import RolloutInitRequest
+from osmosis.rollout.types import RolloutStatus
 from osmosis.testing import FakeModelServer
 from tests.e2e.conftest import model_env, osmosis
 from tests.e2e.workspace import SCRIPTED_MAIN, make_workspace, row
@@ -133,6 +136,65 @@ async def test_a_server_killed_by_its_host_pid_is_replaced_and_stop_leaves_nothi
     assert gone(pids, seconds=5)
     assert not socket_path.exists() and not site.outbox.exists()
     assert not any(d is not None and d.exists() for d in (second.group.memory_dir,))
+
+
+ALLOCATOR = """
+import os, uvicorn
+from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
+
+class Allocate(AgentWorkflow):
+    async def run(self, ctx):
+        block = bytearray(int(ctx.prompt[-1]["content"]))
+        return [*ctx.prompt, {"role": "assistant", "content": str(len(block))}]
+
+class One(Grader):
+    async def grade(self, ctx):
+        ctx.set_reward(1.0)
+
+app = create_rollout_server(backend=LocalBackend(workflow=Allocate, grader=One))
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]),
+                log_level="warning")
+"""
+
+
+async def test_without_a_writable_cgroup_rlimits_fail_only_the_allocation_past_them(
+    tmp_path, monkeypatch
+):
+    """Where no cgroup can be made (a container without delegation), the memory limit is
+    the address space of each process: an allocation past it fails its attempt as a
+    resource limit, and the server, within it, goes on serving."""
+    monkeypatch.setattr(limits, "_make_v2", lambda *_: None)
+    monkeypatch.setattr(limits, "_make_v1", lambda *_: None)
+    rollout = tmp_path / "ws" / "rollouts" / "allocate"
+    rollout.mkdir(parents=True)
+    (rollout / "main.py").write_text(textwrap.dedent(ALLOCATOR))
+    lines: list[str] = []
+    site = site_for(rollout, tmp_path, lines)
+    site.policy = SandboxPolicy(limits=SandboxLimits(memory_bytes=2 * 1024**3))
+    await site.start(1)
+    try:
+        endpoint = site.endpoints[0]
+        assert isinstance(endpoint, SandboxEndpoint) and not endpoint.group.is_cgroup
+        assert any("sandbox limits via rlimits (no writable cgroup)" in line for line in lines)
+
+        async def allocate(size: int) -> tuple[RolloutStatus, str | None]:
+            request = RolloutInitRequest(
+                rollout_id=f"r{size}",
+                initial_messages=[{"role": "user", "content": str(size)}],
+                label="graded",
+                chat_completions_url="http://127.0.0.1:45999/v1",
+            )
+            result = await endpoint.api.wait(await endpoint.api.start(request), deadline_sec=60)
+            return result.status, result.err_message
+
+        status, message = await allocate(4 * 1024**3)
+        assert status is RolloutStatus.FAILURE
+        assert message is not None and "memory limit" in message and "MemoryError" in message
+        assert await allocate(64 * 1024**2) == (RolloutStatus.SUCCESS, None)
+        assert not endpoint.dead.is_set()
+    finally:
+        await site.stop()
 
 
 HOST = """
