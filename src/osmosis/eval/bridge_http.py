@@ -53,7 +53,8 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 ErrorBody = Callable[[int, str], tuple[bytes, bytes]]
 """(status, message) -> (content type, body) of an answer the server gives itself."""
 
-LISTEN_BACKLOG = 2048  # uvicorn's
+LISTEN_BACKLOG = 2048
+"""uvicorn's: how many connections the kernel queues before the server accepts them."""
 _STATUS_LINES = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus
 }

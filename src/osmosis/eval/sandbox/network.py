@@ -26,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from osmosis.eval.bridge_http import LISTEN_BACKLOG
+
 _CHUNK = 256 * 1024
-_BACKLOG = 2048  # uvicorn's
 _SLIRP_READY_SEC = 10.0
 
 
@@ -56,7 +57,7 @@ class BridgeForwarder:
         # Every rollout of every sandbox connects here; asyncio's default backlog (100)
         # refuses a Unix connection past it, where TCP would queue it.
         server = await asyncio.start_unix_server(
-            handle, path=str(path), limit=_CHUNK, backlog=_BACKLOG
+            handle, path=str(path), limit=_CHUNK, backlog=LISTEN_BACKLOG
         )
         os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
         forwarder = cls(server, path)

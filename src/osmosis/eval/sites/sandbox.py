@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from osmosis.eval.bridge_http import LISTEN_BACKLOG
 from osmosis.eval.environment import RolloutEnvironment
 from osmosis.eval.redact import Redactor
 from osmosis.eval.rollout_client import RolloutClient
@@ -364,7 +365,7 @@ class SandboxSite(LocalProcessSite):
         launcher = _Launcher(self, group, listener, socket_path)
         try:
             listener.bind(str(socket_path))
-            listener.listen(2048)  # the shim serves it with the same backlog
+            listener.listen(LISTEN_BACKLOG)  # the shim serves it with the same backlog
             process = await RolloutProcess.start(
                 self.environment,
                 self.rollout_dir,
