@@ -192,13 +192,11 @@ def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
         offset = page.next_offset if page.has_more else None
     threshold = detail.summary.pass_threshold
     rows_digest, sampled = _platform_selection(detail)
-    sources: dict[int, int] | None = source_rows(attempts)
-    if attempts and len(sources or {}) == len({attempt["row_index"] for attempt in attempts}):
-        # Every row names its dataset row: pairs are checked row by row (check_alignment)
-        # rather than by a digest of the selection the counts suggest.
-        rows_digest = None
-    else:  # attempts stored before the platform kept their dataset rows
-        sources = None
+    sources = source_rows(attempts)
+    # Attempts stored before the platform kept their dataset rows (migration 0009) lack them.
+    every_row_known = bool(attempts) and len(sources) == len({a["row_index"] for a in attempts})
+    if every_row_known:
+        rows_digest = None  # pairs are checked row by row (check_alignment) instead
     identity = RunIdentity(
         label=ref,
         dataset_sha256=detail.dataset.sha256 or None,
@@ -206,7 +204,10 @@ def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
         pass_threshold=threshold,
     )
     return _Loaded(
-        identity, row_outcomes(attempts, threshold), source_rows=sources, sampled=sampled
+        identity,
+        row_outcomes(attempts, threshold),
+        source_rows=sources if every_row_known else None,
+        sampled=sampled,
     )
 
 
