@@ -50,15 +50,21 @@ if __name__ == "__main__":
 """
 
 
-@pytest.fixture
-def rollout(tmp_path: Path) -> Path:
-    directory = tmp_path / "ws" / "rollouts" / "echo"
+def write_rollout(tmp_path: Path, name: str, source: str) -> Path:
+    directory = tmp_path / "ws" / "rollouts" / name
     directory.mkdir(parents=True)
-    (directory / "main.py").write_text(textwrap.dedent(ROLLOUT))
+    (directory / "main.py").write_text(textwrap.dedent(source))
     return directory
 
 
-def site_for(rollout: Path, tmp_path: Path, lines: list[str]) -> SandboxSite:
+@pytest.fixture
+def rollout(tmp_path: Path) -> Path:
+    return write_rollout(tmp_path, "echo", ROLLOUT)
+
+
+def site_for(
+    rollout: Path, tmp_path: Path, lines: list[str], policy: SandboxPolicy | None = None
+) -> SandboxSite:
     environment = prepare_environment(rollout, cache_root=tmp_path / "envs", log=lines.append)
     return SandboxSite(
         environment,
@@ -68,7 +74,7 @@ def site_for(rollout: Path, tmp_path: Path, lines: list[str]) -> SandboxSite:
         trials_root=tmp_path / "run" / "rollout_trials",
         log=lines.append,
         redactor=Redactor([]),
-        policy=SandboxPolicy(),
+        policy=policy or SandboxPolicy(),
         workspace=rollout.parent.parent,
         bridge_url="http://127.0.0.1:45999/v1",
         bridge_address=("127.0.0.1", 45999),
@@ -138,24 +144,18 @@ async def test_a_server_killed_by_its_host_pid_is_replaced_and_stop_leaves_nothi
     assert not any(d is not None and d.exists() for d in (second.group.memory_dir,))
 
 
-ALLOCATOR = """
-import os, uvicorn
-from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
-
-class Allocate(AgentWorkflow):
+# ROLLOUT, with a workflow that allocates as many bytes as its prompt says and no model call.
+ALLOCATOR = ROLLOUT.replace(
+    """class Echo(AgentWorkflow):
+    async def run(self, ctx):
+        return [*ctx.prompt, await ctx.chat(ctx.prompt)]
+""",
+    """class Allocate(AgentWorkflow):
     async def run(self, ctx):
         block = bytearray(int(ctx.prompt[-1]["content"]))
         return [*ctx.prompt, {"role": "assistant", "content": str(len(block))}]
-
-class One(Grader):
-    async def grade(self, ctx):
-        ctx.set_reward(1.0)
-
-app = create_rollout_server(backend=LocalBackend(workflow=Allocate, grader=One))
-if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]),
-                log_level="warning")
-"""
+""",
+).replace("workflow=Echo", "workflow=Allocate")
 
 
 async def test_without_a_writable_cgroup_rlimits_fail_only_the_allocation_past_them(
@@ -166,12 +166,10 @@ async def test_without_a_writable_cgroup_rlimits_fail_only_the_allocation_past_t
     resource limit, and the server, within it, goes on serving."""
     monkeypatch.setattr(limits, "_make_v2", lambda *_: None)
     monkeypatch.setattr(limits, "_make_v1", lambda *_: None)
-    rollout = tmp_path / "ws" / "rollouts" / "allocate"
-    rollout.mkdir(parents=True)
-    (rollout / "main.py").write_text(textwrap.dedent(ALLOCATOR))
+    rollout = write_rollout(tmp_path, "allocate", ALLOCATOR)
     lines: list[str] = []
-    site = site_for(rollout, tmp_path, lines)
-    site.policy = SandboxPolicy(limits=SandboxLimits(memory_bytes=2 * 1024**3))
+    policy = SandboxPolicy(limits=SandboxLimits(memory_bytes=2 * 1024**3))
+    site = site_for(rollout, tmp_path, lines, policy)
     await site.start(1)
     try:
         endpoint = site.endpoints[0]
