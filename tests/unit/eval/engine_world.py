@@ -105,6 +105,9 @@ class World:
     peak_load: Counter[str] = field(default_factory=Counter)
     stall_for: float = 0.05  # how long a `stall` outage lasts
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    admitting: int = 0  # admissions being answered right now (rows with an `admit` time)
+    admissions: list[tuple[int, int]] = field(default_factory=list)
+    """(row, admissions being answered as it arrived, itself included), in arrival order."""
 
     def later(self, delay: float, action: Callable[[], None]) -> None:
         async def run() -> None:
@@ -134,6 +137,17 @@ class MemoryAPI:
     async def start(self, request: RolloutInitRequest) -> Lease:
         if self.endpoint.dead.is_set():
             raise RolloutServerUnavailable("connection refused")
+        admit = float((request.metadata or {}).get("admit", 0))
+        if admit:  # a server slow to admit: how many admissions wait on it at once
+            world = self.world
+            world.admitting += 1
+            world.admissions.append(
+                (int((request.extra_fields or {})["row_index"]), world.admitting)
+            )
+            try:
+                await asyncio.sleep(admit)
+            finally:
+                world.admitting -= 1
         kind, first = self._kind(request)
         if kind == "admission_4xx":
             raise AdmissionRejected(422, "label must be a string")

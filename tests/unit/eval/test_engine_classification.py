@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from osmosis.eval.engine import EngineSettings
+from osmosis.eval.engine import RAMP_ADMISSIONS, EngineSettings
 from tests.unit.eval.engine_world import QUICK, MemorySink, MemorySite, World, evaluate, item
 
 TABLE = [
@@ -164,3 +164,36 @@ async def test_a_dead_endpoint_is_drained_onto_the_survivor():
     assert outcome.recorded == 11 and outcome.halted is None
     assert all(a.record.status == "success" for a in sink.attempts)
     assert sorted(a.record.row_index for a in sink.attempts) == list(range(11))
+
+
+def most_admitting(world: World, rows: range) -> int:
+    return max(waiting for row, waiting in world.admissions if row in rows)
+
+
+async def test_an_endpoint_is_handed_its_first_admissions_a_few_at_a_time_then_freely():
+    # All at once, a rollout server admits every one before it runs any rollout, and their
+    # model calls leave in one burst (RAMP_ADMISSIONS); afterwards slots free one by one.
+    settings = EngineSettings(**{**QUICK.__dict__, "concurrency": 32})
+    first = [item(r, sleep=0.05, admit=0.002) for r in range(32)]
+    later = [item(r, sleep=0.001, admit=0.05) for r in range(32, 96)]
+    outcome, sink, world, _ = await evaluate([*first, *later], settings=settings)
+
+    assert outcome.recorded == 96 and outcome.halted is None
+    assert {a.record.status for a in sink.attempts} == {"success"}
+    assert world.peak_load["memory-0"] == 32  # every slot still filled
+    assert most_admitting(world, range(32)) == RAMP_ADMISSIONS
+    assert most_admitting(world, range(32, 96)) > RAMP_ADMISSIONS  # no limit past the ramp
+
+
+async def test_after_an_outage_the_refilled_slots_are_admitted_a_few_at_a_time_again():
+    # During the outage the other attempts finish and their slots wait; when the provider
+    # answers again all 16 refill together: row 0 again, then rows 16-30.
+    world = World(stall_for=0.2)
+    settings = EngineSettings(**{**QUICK.__dict__, "concurrency": 16})
+    first = [item(0, "stall"), *(item(r, sleep=0.1) for r in range(1, 16))]
+    later = [item(r, sleep=0.001, admit=0.02) for r in range(16, 48)]
+    outcome, _, world, _ = await evaluate([*first, *later], world=world, settings=settings)
+
+    assert outcome.recorded == 48 and outcome.halted is None
+    assert outcome.requeued == 1  # the attempt the outage caught ran again
+    assert most_admitting(world, range(16, 31)) == RAMP_ADMISSIONS
