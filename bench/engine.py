@@ -1,6 +1,7 @@
 """Throughput, latency overhead and memory of `osmosis eval run` against the scripted model.
 
-    .venv/bin/python bench/engine.py [--cases a,b,c,d,replicas] [--scratch DIR] [--sample]
+    .venv/bin/python bench/engine.py [--cases a,b,c,d,replicas] [--repeat N] [--scratch DIR]
+                                     [--sample]
 
 Every figure is set beside a limit measured in the same run, on the same machine, and the
 table says the machine's load average beside each case (2 shared cores: a figure taken under
@@ -40,6 +41,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import textwrap
@@ -360,25 +362,41 @@ def latency_case(
     attempts: int,
     concurrency: int,
     target: float,
-    scratch: str | None,
+    args: argparse.Namespace,
 ) -> EngineRun:
+    """Dispatch / ideal of `--repeat` runs (each beside a bare client's run, alternating): one
+    run moves by a percent or two with the machine's neighbours, so the median is the figure
+    and the range is shown beside it."""
     ideal = attempts / concurrency * latency
+    runs: list[EngineRun] = []
+    bares: list[BareRun] = []
     with FakeModelServer(latency=latency) as model:
-        bare = run_bare(model, attempts, concurrency)
-        run = run_engine(model, attempts, concurrency, scratch)
-    load = (min(bare.load[0], run.load[0]), max(bare.load[1], run.load[1]))
+        for _ in range(args.repeat):
+            bares.append(run_bare(model, attempts, concurrency))
+            runs.append(run_engine(model, attempts, concurrency, args.scratch))
+    ours = sorted(run.dispatch_s / ideal for run in runs)
+    bare = sorted(run.dispatch_s / ideal for run in bares)
+    load = (min(r.load[0] for r in [*runs, *bares]), max(r.load[1] for r in [*runs, *bares]))
     table.add(
         f"{label} {latency * 1000:.0f} ms, c={concurrency}, {attempts:,}: dispatch/ideal",
-        f"{run.dispatch_s:.2f} s = {run.dispatch_s / ideal:.3f}x",
-        f"bare aiohttp {bare.dispatch_s / ideal:.3f}x; ideal {ideal:.2f} s",
-        f"{run.dispatch_s / ideal:.3f}x (<= {target}x)",
+        f"{statistics.median(ours) * ideal:.2f} s = {_spread(ours)}",
+        f"bare aiohttp {_spread(bare)}; ideal {ideal:.2f} s",
+        f"{statistics.median(ours):.3f}x (<= {target}x)",
         load,
     )
-    return run
+    return max(runs, key=lambda run: run.engine_peak_mib + run.rollout_peak_mib)
 
 
-def case_c(table: Table, scratch: str | None) -> None:
-    run = latency_case(table, "(c)", 1.0, 5000, 512, 1.15, scratch)
+def _spread(ratios: list[float]) -> str:
+    """'1.089x' for one run; 'median 1.089x (1.083-1.102, 5 runs)' for several."""
+    if len(ratios) == 1:
+        return f"{ratios[0]:.3f}x"
+    middle = statistics.median(ratios)
+    return f"median {middle:.3f}x ({ratios[0]:.3f}-{ratios[-1]:.3f}, {len(ratios)} runs)"
+
+
+def case_c(table: Table, args: argparse.Namespace) -> None:
+    run = latency_case(table, "(c)", 1.0, 5000, 512, 1.15, args)
     table.add(
         "(c)   peak RSS engine + rollout",
         f"{run.engine_peak_mib:.0f} + {run.rollout_peak_mib:.0f} MiB",
@@ -442,8 +460,8 @@ def case_replicas(table: Table, scratch: str | None, sample: bool) -> None:
 
 CASES: dict[str, Callable[[Table, argparse.Namespace], object]] = {
     "a": lambda table, args: case_a(table, args.scratch),
-    "b": lambda table, args: latency_case(table, "(b)", 0.2, 500, 64, 1.1, args.scratch),
-    "c": lambda table, args: case_c(table, args.scratch),
+    "b": lambda table, args: latency_case(table, "(b)", 0.2, 500, 64, 1.1, args),
+    "c": lambda table, args: case_c(table, args),
     "d": lambda table, args: case_d(table, args.scratch),
     "replicas": lambda table, args: case_replicas(table, args.scratch, args.sample),
 }
@@ -455,6 +473,12 @@ def main() -> None:
         "--cases", default=",".join(CASES), help="comma-separated: a,b,c,d,replicas"
     )
     parser.add_argument("--scratch", help="directory for workspaces and run directories")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="(b) and (c): runs of each; the median is the figure, the range beside it",
+    )
     parser.add_argument(
         "--sample", action="store_true", help="replicas: also the 10 %% sample of 100,000 rows"
     )
