@@ -64,7 +64,7 @@ A rollout server handed dozens of admissions together admits them all before any
 rollouts runs, so their model calls leave in one burst, and every later wave of the run comes
 back as one burst too; paced, each rollout reaches its first model call before the next
 admission lands, and the waves stay spread out (bench/engine.py (c), 512 in flight at 1 s:
-dispatch 1.105-1.114x its ideal unpaced, 1.069-1.076x paced). Past the ramp no admission
+dispatch 1.104-1.114x its ideal unpaced, 1.069-1.080x paced). Past the ramp no admission
 waits: there the slots free one by one, and a limit would only cost throughput."""
 
 _HEALTH_PROBE_SEC = 5.0
