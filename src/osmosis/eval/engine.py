@@ -59,7 +59,8 @@ DEFAULT_OUTAGE_WAIT_SEC = 300.0
 
 RAMP_ADMISSIONS = 8
 """While an endpoint fills its first `concurrency` slots (its ramp: at the start, on a
-replacement, after an outage), at most this many of its admissions await an answer at once.
+replacement, after a 429 or an outage), at most this many of its admissions await an answer
+at once.
 A rollout server handed dozens of admissions together admits them all before any of their
 rollouts runs, so their model calls leave in one burst, and every later wave of the run comes
 back as one burst too; paced, each rollout reaches its first model call before the next
@@ -612,6 +613,7 @@ class Engine:
     def _cool(self, lane: _Lane, seconds: float) -> None:
         now = time.monotonic()
         lane.cool_until = max(lane.cool_until, now + seconds)
+        lane.ramp = self.settings.concurrency  # a full server gets its slots back gently
         if lane.busy_since is None:
             lane.busy_since = now
         elif now - lane.busy_since > self.settings.admission_wait_sec:

@@ -197,3 +197,15 @@ async def test_after_an_outage_the_refilled_slots_are_admitted_a_few_at_a_time_a
     assert outcome.recorded == 48 and outcome.halted is None
     assert outcome.requeued == 1  # the attempt the outage caught ran again
     assert most_admitting(world, range(16, 31)) == RAMP_ADMISSIONS
+
+
+async def test_a_server_that_answers_429_is_never_handed_more_than_a_few_admissions_at_once():
+    # The first eight admissions are refused after 50 ms; ten milliseconds later, while the
+    # next eight are still being refused, the first eight come back: paced again, not all 16.
+    settings = EngineSettings(**{**QUICK.__dict__, "concurrency": 16})
+    items = [item(r, "busy_once", sleep=0.001, admit=0.05) for r in range(16)]
+    outcome, sink, world, _ = await evaluate(items, settings=settings)
+
+    assert outcome.recorded == 16 and outcome.requeued == 16
+    assert {a.record.status for a in sink.attempts} == {"success"}
+    assert most_admitting(world, range(16)) == RAMP_ADMISSIONS
