@@ -483,6 +483,8 @@ def main() -> None:
         "--sample", action="store_true", help="replicas: also the 10 %% sample of 100,000 rows"
     )
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     table = Table()
     for name in args.cases.split(","):
         CASES[name.strip()](table, args)
