@@ -35,7 +35,7 @@ test-fast: system-deps  ## leave out the slow end-to-end tests
 lint:
 	$(BIN)/ruff check src tests bench examples scripts
 	$(BIN)/ruff format --check src tests bench examples scripts
-	$(BIN)/mypy
+	$(BIN)/mypy --strict src/osmosis
 
 check: lint test
 

@@ -57,8 +57,8 @@ async def _serve_fake() -> None:
 
 
 async def _serve_bridge(fake_url: str, kind: str) -> None:
-    from osmosis.eval.bridge import ModelBridge
-    from osmosis.eval.providers import resolve_model
+    from osmosis.eval.model.bridge import ModelBridge
+    from osmosis.eval.model.providers import resolve_model
 
     target = resolve_model(
         "openai/bench-model",

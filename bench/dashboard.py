@@ -38,11 +38,11 @@ from typing import Any
 import httpx
 from sqlalchemy import insert
 
-from osmosis.eval.metrics import summarize
+from osmosis.eval.results.metrics import summarize
 from osmosis.platform import Settings, create_app
-from osmosis.platform.db.models import User, Workspace, WorkspaceMember, new_id
-from osmosis.platform.db.run_models import EvalAttempt, EvalRun
-from osmosis.platform.run_sink import refresh_counters
+from osmosis.platform.core.db.models import User, Workspace, WorkspaceMember, new_id
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.worker.run_sink import refresh_counters
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

@@ -32,8 +32,8 @@ from types import ModuleType
 import httpx
 
 from osmosis.client import PlatformClient
-from osmosis.platform.schemas.runs import TERMINAL_STATUSES
 from osmosis.testing import FakeModelServer
+from osmosis.wire.runs import TERMINAL_STATUSES
 from osmosis.workspace import normalise_identity
 
 

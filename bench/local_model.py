@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from osmosis.eval.local_model import LocalModelServer
+from osmosis.eval.model.local_model import LocalModelServer
 
 MODEL = "local/smollm2-135m"
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

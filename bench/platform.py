@@ -28,8 +28,8 @@ import time  # noqa: E402
 from datetime import datetime  # noqa: E402
 
 from osmosis.client import PlatformClient  # noqa: E402
-from osmosis.platform.schemas.runs import TERMINAL_STATUSES  # noqa: E402
 from osmosis.testing import FakeModelServer  # noqa: E402
+from osmosis.wire.runs import TERMINAL_STATUSES  # noqa: E402
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 ROLLOUT = (HERE / "engine.py").read_text().split('ROLLOUT = """', 1)[1].split('"""', 1)[0]

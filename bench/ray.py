@@ -50,7 +50,7 @@ from osmosis.testing import FakeModelServer
 CAPACITY = 16  # each replica's max_concurrent
 # `eval run`, with the Ray site talking HTTP to its servers instead of through the actor.
 HTTP_TRANSPORT = (
-    "from osmosis.eval.sites.ray_site import RaySite\n"
+    "from osmosis.eval.sites.ray.site import RaySite\n"
     "RaySite.__init__.__kwdefaults__['transport'] = 'http'\n"
     "from osmosis.cli.main import run; run()\n"
 )

@@ -117,11 +117,11 @@ def eval_run(workspace: Path, model: FakeModelServer, name: str, sandbox: bool) 
 
 
 async def start_times(workspace: Path, starts: int) -> dict[str, list[float]]:
-    from osmosis.eval.environment import prepare_environment
-    from osmosis.eval.redact import Redactor
-    from osmosis.eval.sandbox import SandboxPolicy
+    from osmosis.eval.results.redact import Redactor
+    from osmosis.eval.sites.environment import prepare_environment
     from osmosis.eval.sites.local import LocalProcessSite
-    from osmosis.eval.sites.sandbox import SandboxSite
+    from osmosis.eval.sites.sandbox import SandboxPolicy
+    from osmosis.eval.sites.sandbox.site import SandboxSite
 
     rollout = workspace / "rollouts" / "bench"
     environment = prepare_environment(rollout, cache_root=workspace / "envs", log=lambda _: None)

@@ -22,7 +22,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from osmosis._version import __version__
-from osmosis.platform.schemas import (
+from osmosis.wire import (
     Health,
     MemberAdd,
     MemberUpdate,
@@ -45,7 +45,7 @@ from osmosis.platform.schemas import (
     WorkspacePublic,
     WorkspaceUpdate,
 )
-from osmosis.platform.schemas.datasets import (
+from osmosis.wire.datasets import (
     SHA256_HEADER,
     DatasetList,
     DatasetLogList,
@@ -53,7 +53,7 @@ from osmosis.platform.schemas.datasets import (
     DatasetPublic,
     name_problem,
 )
-from osmosis.platform.schemas.runs import (
+from osmosis.wire.runs import (
     AttemptList,
     EvalRunCreate,
     EvalRunCreated,

@@ -18,10 +18,10 @@ import httpx
 import openai
 import pytest
 
-from osmosis.eval.bridge import ModelBridge, OutagePolicy
-from osmosis.eval.pricing import price_for
-from osmosis.eval.providers import ModelTarget, resolve_model
-from osmosis.eval.retry import RetryPolicy
+from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
+from osmosis.eval.model.pricing import price_for
+from osmosis.eval.model.providers import ModelTarget, resolve_model
+from osmosis.eval.model.retry import RetryPolicy
 from osmosis.testing import Fail, FakeModelServer, Rule
 
 QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]
@@ -188,7 +188,7 @@ async def test_a_wildcard_bind_warns_and_gives_local_rollouts_loopback(
 ) -> None:
     async with FakeModelServer() as fake:
         bridge = ModelBridge(target=openai_target(fake), retry=FAST_RETRY)
-        with caplog.at_level("WARNING", logger="osmosis.eval.bridge"):
+        with caplog.at_level("WARNING", logger="osmosis.eval.model.bridge"):
             await bridge.start(host="0.0.0.0")
         try:
             assert bridge.bound_url.startswith("http://0.0.0.0:")
@@ -203,7 +203,7 @@ async def test_a_wildcard_bind_warns_and_gives_local_rollouts_loopback(
 
 
 async def test_a_loopback_bind_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="osmosis.eval.bridge"):
+    with caplog.at_level("WARNING", logger="osmosis.eval.model.bridge"):
         async with FakeModelServer() as fake, bridged(fake) as bridge:
             assert (await post(bridge, {"messages": QUESTION})).status_code == 200
     assert bridge.base_url == bridge.bound_url + "/v1"

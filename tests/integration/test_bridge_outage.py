@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from osmosis.eval.bridge import ModelBridge, OutagePolicy
-from osmosis.eval.providers import ModelTarget
-from osmosis.eval.retry import RetryPolicy
+from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
+from osmosis.eval.model.providers import ModelTarget
+from osmosis.eval.model.retry import RetryPolicy
 from osmosis.testing import Fail, FakeModelServer, Rule
 from osmosis.testing.script import ChatRequest
 

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
-from osmosis.eval.bridge import ModelBridge, OutagePolicy
 from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
-from osmosis.eval.providers import ModelTarget
-from osmosis.eval.retry import RetryPolicy
-from osmosis.eval.rollout_client import RolloutClient
-from osmosis.eval.run_dir import RunDirectory, Slots
+from osmosis.eval.host.run_dir import RunDirectory, Slots
+from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
+from osmosis.eval.model.providers import ModelTarget
+from osmosis.eval.model.retry import RetryPolicy
 from osmosis.eval.sites import RolloutAPI, SiteExhausted
+from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.testing import Fail, FakeModelServer, Rule
 from tests.integration.conftest import serving
 

@@ -11,16 +11,16 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from osmosis.eval import environment as environment_module
-from osmosis.eval.environment import (
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites import environment as environment_module
+from osmosis.eval.sites.environment import (
     RolloutEnvironmentError,
     choose_interpreter,
     find_interpreters,
     find_uv,
     prepare_environment,
 )
-from osmosis.eval.redact import Redactor
-from osmosis.eval.rollout_process import RolloutProcess
+from osmosis.eval.sites.rollout_process import RolloutProcess
 
 ROLLOUTS = Path(__file__).parent / "rollouts"
 MULTIPLY = Path(__file__).parents[2] / "examples" / "workspace" / "rollouts" / "multiply"
@@ -175,7 +175,7 @@ async def test_a_uv_environment_is_built_once_reused_and_runs_the_rollout(tmp_pa
         assert (await process.health())["status"] == "ok"
     banner = next(line for line in lines if "six=" in line)
     assert f"prefix={env.venv}" in banner
-    source = Path(environment_module.__file__).parents[1]  # the running osmosis package
+    source = Path(environment_module.__file__).parents[2]  # the running osmosis package
     assert f"osmosis={source / '__init__.py'}" in banner
 
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from osmosis.eval.local_model import (
+from osmosis.eval.model.local_model import (
     INSTALL_HINT,
     LOCAL_MODELS,
     LocalModel,

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from osmosis.eval import model_preflight
-from osmosis.eval.model_preflight import ModelPreflightError, preflight
-from osmosis.eval.providers import ModelTarget, resolve_model
-from osmosis.eval.retry import RetryPolicy
+from osmosis.eval.model import preflight as model_preflight
+from osmosis.eval.model.preflight import ModelPreflightError, preflight
+from osmosis.eval.model.providers import ModelTarget, resolve_model
+from osmosis.eval.model.retry import RetryPolicy
 from osmosis.testing import ChatRequest, Fail, FakeModelServer, Rule
 
 KEY = "sk-good-0123456789"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.ray_ship import (
+from osmosis.eval.sites.ray.ship import (
     TrialFiles,
     TrialLimits,
     WorkingDirTooLarge,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from osmosis.eval.sites.ray_site import bridge_reach_problem
+from osmosis.eval.sites.ray.site import bridge_reach_problem
 from tests.e2e.conftest import model_env
 from tests.e2e.workspace import make_workspace, row
 
@@ -20,8 +20,8 @@ CLI = "from osmosis.cli.main import run; run()"
 def test_the_default_engine_path_never_imports_ray():
     probe = (
         "import sys\n"
-        "import osmosis.cli.main, osmosis.cli.eval, osmosis.eval.local_run, osmosis.eval.engine\n"
-        "import osmosis.eval.sites.local, osmosis.platform.run_worker\n"
+        "import osmosis.cli.main, osmosis.cli.eval, osmosis.eval.host.run, osmosis.eval.engine\n"
+        "import osmosis.eval.sites.local, osmosis.platform.worker.run_worker\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -13,7 +13,7 @@ from osmosis import (
     LocalBackend,
     create_rollout_server,
 )
-from osmosis.eval.rollout_client import (
+from osmosis.eval.sites.rollout_client import (
     AdmissionRejected,
     AtCapacity,
     MalformedResponse,

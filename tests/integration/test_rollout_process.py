@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.environment import RolloutEnvironment
-from osmosis.eval.redact import Redactor
-from osmosis.eval.rollout_process import (
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.eval.sites.rollout_process import (
     LOG_PREFIX,
     OFFLINE_DEFAULTS,
     RolloutProcess,
@@ -214,9 +214,9 @@ PARENT = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from osmosis.eval.environment import RolloutEnvironment
-    from osmosis.eval.redact import Redactor
-    from osmosis.eval.rollout_process import RolloutProcess
+    from osmosis.eval.sites.environment import RolloutEnvironment
+    from osmosis.eval.results.redact import Redactor
+    from osmosis.eval.sites.rollout_process import RolloutProcess
 
     async def main():
         env = RolloutEnvironment(Path(sys.executable), "current", None, "osmosis")

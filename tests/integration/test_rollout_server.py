@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
-from osmosis.eval.rollout_client import RolloutClient
+from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.rollout.protocol import COLLECTED_HEADER, LEASE_HEADER, WAIT_HEADER, RolloutInitRequest
 from tests.integration.conftest import serving
 

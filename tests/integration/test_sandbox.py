@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import osmosis.eval.sandbox.limits as limits
-from osmosis.eval.environment import prepare_environment
-from osmosis.eval.redact import Redactor
-from osmosis.eval.sandbox import SandboxLimits, SandboxPolicy
-from osmosis.eval.sandbox.layout import interpreter_dirs
-from osmosis.eval.sites.sandbox import SandboxEndpoint, SandboxSite
+import osmosis.eval.sites.sandbox.limits as limits
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.environment import prepare_environment
+from osmosis.eval.sites.sandbox import SandboxLimits, SandboxPolicy
+from osmosis.eval.sites.sandbox.layout import interpreter_dirs
+from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite
 from osmosis.rollout.protocol import RolloutInitRequest
 from osmosis.rollout.types import RolloutStatus
 from osmosis.testing import FakeModelServer

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.bridge import ModelBridge
 from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
-from osmosis.eval.environment import RolloutEnvironment
-from osmosis.eval.host_errors import HostError
-from osmosis.eval.providers import ModelTarget
-from osmosis.eval.redact import Redactor
-from osmosis.eval.rollout_process import RolloutStartError
-from osmosis.eval.run_dir import RunDirectory, Slots
+from osmosis.eval.errors import HostError
+from osmosis.eval.host.run_dir import RunDirectory, Slots
+from osmosis.eval.model.bridge import ModelBridge
+from osmosis.eval.model.providers import ModelTarget
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.local import LocalProcessSite
+from osmosis.eval.sites.rollout_process import RolloutStartError
 from osmosis.testing import FakeModelServer
 
 CURRENT = RolloutEnvironment(

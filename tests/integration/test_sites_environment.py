@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.environment import prepare_environment_async
+from osmosis.eval.sites.environment import prepare_environment_async
 
 SLOW_BACKEND = """
 import os
@@ -95,7 +95,7 @@ async def test_cancelling_a_build_stops_uv_and_a_waiting_run_alike(tmp_path, mon
 
 
 def test_a_rollouts_links_count_by_target_and_are_never_read_through(tmp_path):
-    from osmosis.eval.local_plan import source_digest
+    from osmosis.eval.host.plan import source_digest
 
     rollout = tmp_path / "rollouts" / "x"
     rollout.mkdir(parents=True)

@@ -337,7 +337,7 @@ class PostgresCluster:
     def _ensure_template(self) -> None:
         if self._template_ready:
             return
-        from osmosis.platform.db import make_engine, upgrade
+        from osmosis.platform.core.db import make_engine, upgrade
 
         with self._admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
@@ -428,7 +428,7 @@ class Databases:
             self._created.append(str(directory))
             url = f"sqlite:///{directory / 'platform.db'}"
             if migrated:
-                from osmosis.platform.db import make_engine, upgrade
+                from osmosis.platform.core.db import make_engine, upgrade
 
                 engine = make_engine(url)
                 try:
@@ -454,7 +454,7 @@ class Databases:
         not be stored: SQLite's files (the WAL too), or every PostgreSQL row as text."""
         from sqlalchemy import inspect, make_url, text
 
-        from osmosis.platform.db import make_engine
+        from osmosis.platform.core.db import make_engine
 
         if make_url(url).get_backend_name() == "sqlite":
             path = Path(str(make_url(url).database))
@@ -477,7 +477,7 @@ class Databases:
         `pg_database_size`."""
         from sqlalchemy import make_url, text
 
-        from osmosis.platform.db import make_engine
+        from osmosis.platform.core.db import make_engine
 
         if make_url(url).get_backend_name() == "sqlite":
             path = Path(str(make_url(url).database))

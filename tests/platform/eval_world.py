@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 
 from osmosis.client import PlatformClient
-from osmosis.eval.config import parse_eval_config
-from osmosis.platform.schemas.runs import (
+from osmosis.eval.inputs.config import parse_eval_config
+from osmosis.testing import FakeModelServer
+from osmosis.wire.runs import (
     EvalRunCreate,
     EvalRunCreated,
     EvalRunDetail,
@@ -26,7 +27,6 @@ from osmosis.platform.schemas.runs import (
     RepositoryRef,
     RunSecrets,
 )
-from osmosis.testing import FakeModelServer
 from osmosis.workspace import normalise_identity
 from tests.e2e.conftest import model_env
 from tests.e2e.workspace import make_workspace

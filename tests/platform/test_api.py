@@ -9,8 +9,8 @@ import pytest
 from fastapi import HTTPException
 
 from osmosis.platform import create_app
-from osmosis.platform.errors import NotFound
-from osmosis.platform.tokens import TOKEN_PREFIX
+from osmosis.platform.core.errors import NotFound
+from osmosis.platform.services.tokens import TOKEN_PREFIX
 
 
 def envelope(response: httpx.Response) -> dict:
@@ -139,7 +139,7 @@ async def test_framework_errors_use_the_envelope(api, method, path, status, code
 
 
 async def test_one_handler_for_platform_http_and_unexpected_errors(tmp_path, caplog):
-    from osmosis.platform.settings import Settings
+    from osmosis.platform.core.settings import Settings
 
     app = create_app(Settings(home=tmp_path))
 
@@ -181,8 +181,8 @@ async def test_tokens_are_stored_hashed(local_platform, api):
     created = (await api.post("/api/admin/users", json={"name": "dee"})).json()
     from sqlalchemy import select
 
-    from osmosis.platform.db import ApiToken
-    from osmosis.platform.tokens import hash_token
+    from osmosis.platform.core.db import ApiToken
+    from osmosis.platform.services.tokens import hash_token
 
     with local_platform.app.state.sessions() as db:
         hashes = set(db.scalars(select(ApiToken.token_hash)))
@@ -191,7 +191,7 @@ async def test_tokens_are_stored_hashed(local_platform, api):
 
 
 def test_migrations_reach_head_and_are_idempotent(local_platform):
-    from osmosis.platform.db.migrate import current_revision, head_revision, upgrade
+    from osmosis.platform.core.db.migrate import current_revision, head_revision, upgrade
 
     engine = local_platform.app.state.engine
     assert current_revision(engine) == head_revision() != "0001"
@@ -226,7 +226,7 @@ def test_the_migrations_match_the_models(local_platform):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from osmosis.platform.db import Base
+    from osmosis.platform.core.db import Base
 
     with local_platform.app.state.engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -237,7 +237,7 @@ def test_the_schema_compiles_for_postgresql():
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.schema import CreateTable
 
-    from osmosis.platform.db import Base
+    from osmosis.platform.core.db import Base
 
     ddl = {
         table.name: str(CreateTable(table).compile(dialect=postgresql.dialect()))
@@ -261,8 +261,8 @@ def test_the_schema_compiles_for_postgresql():
 
 
 def test_an_unusable_database_is_reported_without_its_password(tmp_path):
-    from osmosis.platform.db.engine import DatabaseUnavailable
-    from osmosis.platform.settings import Settings
+    from osmosis.platform.core.db.engine import DatabaseUnavailable
+    from osmosis.platform.core.settings import Settings
 
     directory = tmp_path / "not-a-file"
     directory.mkdir()
@@ -273,8 +273,8 @@ def test_an_unusable_database_is_reported_without_its_password(tmp_path):
 
 
 def test_postgresql_without_its_driver_or_server_is_a_clear_error(tmp_path):
-    from osmosis.platform.db.engine import DatabaseUnavailable
-    from osmosis.platform.settings import Settings
+    from osmosis.platform.core.db.engine import DatabaseUnavailable
+    from osmosis.platform.core.settings import Settings
 
     url = "postgresql+psycopg://u:hunter2@127.0.0.1:1/db"
     with pytest.raises(DatabaseUnavailable) as caught:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.platform.blobs import (
+from osmosis.platform.core.blobs import (
     MARKER,
     STALE_PARTIAL_SEC,
     BlobStore,
@@ -19,8 +19,8 @@ from osmosis.platform.blobs import (
     check_identity,
     open_store,
 )
-from osmosis.platform.db import make_engine, make_session_factory, upgrade
-from osmosis.platform.settings import Settings
+from osmosis.platform.core.db import make_engine, make_session_factory, upgrade
+from osmosis.platform.core.settings import Settings
 
 
 def test_runs_live_in_the_home_by_default_and_in_the_blob_dir_when_it_is_set(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.platform.blobs import BlobMismatch, BlobStore
+from osmosis.platform.core.blobs import BlobMismatch, BlobStore
 
 DATA = b'{"user_prompt": "1 x 2?", "ground_truth": "2"}\n' * 3
 DIGEST = hashlib.sha256(DATA).hexdigest()

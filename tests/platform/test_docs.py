@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from osmosis.platform.settings import SETTINGS
+from osmosis.platform.core.settings import SETTINGS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "platform.md"
 

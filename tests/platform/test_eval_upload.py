@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from osmosis.client import PlatformAPIError, PlatformClient
-from osmosis.eval.dataset_formats import sha256_file
-from osmosis.eval.run_export import export_files
-from osmosis.platform.schemas.runs import ImportFileIn, ImportRunIn, RunImportCreate
+from osmosis.eval.inputs.dataset_formats import sha256_file
+from osmosis.eval.results.run_export import export_files
 from osmosis.testing import FakeModelServer
+from osmosis.wire.runs import ImportFileIn, ImportRunIn, RunImportCreate
 from osmosis.workspace import resolve_workspace
 from tests.e2e.conftest import model_env
 from tests.e2e.workspace import row

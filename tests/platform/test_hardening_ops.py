@@ -202,7 +202,7 @@ def fill(disk: Path, *, leave: int) -> Path:
 
 
 def workers_of(run_id: str) -> list[int]:
-    return pids_of(f"osmosis.platform.run_worker {run_id}")
+    return pids_of(f"osmosis.platform.worker.run_worker {run_id}")
 
 
 def server_log(server: Server) -> str:

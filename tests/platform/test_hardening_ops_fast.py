@@ -12,9 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from osmosis.platform.home_lock import HomeInUse, HomeLock, read_holder
-from osmosis.platform.private_file import tighten_home
-from osmosis.platform.request_slots import RequestSlots
+from osmosis.platform.core.home_lock import HomeInUse, HomeLock, read_holder
+from osmosis.platform.core.request_slots import RequestSlots
+from osmosis.private_file import tighten_home
 
 
 def mode(path: Path) -> int:

@@ -9,8 +9,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
-from osmosis.platform.db import Base, make_engine
-from osmosis.platform.db.migrate import (
+from osmosis.platform.core.db import Base, make_engine
+from osmosis.platform.core.db.migrate import (
     current_revision,
     downgrade,
     head_revision,

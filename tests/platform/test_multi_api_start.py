@@ -10,14 +10,14 @@ import pytest
 from sqlalchemy import event, select
 
 from osmosis.platform import Settings
-from osmosis.platform.bootstrap import bootstrap
-from osmosis.platform.datasets import ABANDONED_UPLOAD_S, recover_interrupted
-from osmosis.platform.db import make_engine, make_session_factory
-from osmosis.platform.db.dataset_models import Dataset, DatasetVersion
-from osmosis.platform.db.migrate import upgrade
-from osmosis.platform.db.models import ApiToken, User, Workspace, utcnow
-from osmosis.platform.processes import mark_stopped, register
-from osmosis.platform.tokens import hash_token
+from osmosis.platform.core.db import make_engine, make_session_factory
+from osmosis.platform.core.db.dataset_models import Dataset, DatasetVersion
+from osmosis.platform.core.db.migrate import upgrade
+from osmosis.platform.core.db.models import ApiToken, User, Workspace, utcnow
+from osmosis.platform.services.bootstrap import bootstrap
+from osmosis.platform.services.datasets import ABANDONED_UPLOAD_S, recover_interrupted
+from osmosis.platform.services.tokens import hash_token
+from osmosis.platform.worker.processes import mark_stopped, register
 
 
 def _sessions(settings, *, migrate=True):

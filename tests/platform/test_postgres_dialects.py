@@ -15,13 +15,25 @@ import pytest
 from sqlalchemy import event, make_url, select, update
 from sqlalchemy.orm import Session
 
-from osmosis.platform.db import make_engine, make_session_factory
-from osmosis.platform.db.dataset_models import Dataset, DatasetLog, DatasetVersion
-from osmosis.platform.db.models import ApiToken, Secret, User, Workspace, WorkspaceMember
-from osmosis.platform.errors import Conflict
-from osmosis.platform.secrets import USER, WORKSPACE, list_secrets, resolve_secrets, set_secret
-from osmosis.platform.users import create_user, revoke_token
-from osmosis.platform.workspaces import OWNER, add_member, find_member, get_or_create, set_role
+from osmosis.platform.core.db import make_engine, make_session_factory
+from osmosis.platform.core.db.dataset_models import Dataset, DatasetLog, DatasetVersion
+from osmosis.platform.core.db.models import ApiToken, Secret, User, Workspace, WorkspaceMember
+from osmosis.platform.core.errors import Conflict
+from osmosis.platform.services.secrets import (
+    USER,
+    WORKSPACE,
+    list_secrets,
+    resolve_secrets,
+    set_secret,
+)
+from osmosis.platform.services.users import create_user, revoke_token
+from osmosis.platform.services.workspaces import (
+    OWNER,
+    add_member,
+    find_member,
+    get_or_create,
+    set_role,
+)
 from tests.platform.conftest import LocalPlatform
 from tests.platform.databases import Databases
 
@@ -213,7 +225,7 @@ def _race(
 
 
 def test_two_uploads_differing_only_in_case_never_both_make_a_dataset(local_platform):
-    from osmosis.platform.datasets import start_upload
+    from osmosis.platform.services.datasets import start_upload
 
     ada, _, ws = _world(local_platform)
 

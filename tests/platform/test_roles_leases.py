@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from osmosis.platform import leases, processes
-from osmosis.platform.db import make_engine, make_session_factory, upgrade
-from osmosis.platform.db.models import Workspace, utcnow
-from osmosis.platform.db.process_models import PlatformProcess
-from osmosis.platform.db.run_models import EvalRun
-from osmosis.platform.settings import Settings
+from osmosis.platform.core.db import make_engine, make_session_factory, upgrade
+from osmosis.platform.core.db.models import Workspace, utcnow
+from osmosis.platform.core.db.process_models import PlatformProcess
+from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.settings import Settings
+from osmosis.platform.worker import leases, processes
 
 CLAIMERS = 8
 

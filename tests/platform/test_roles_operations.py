@@ -13,7 +13,7 @@ import pytest
 
 from osmosis.platform import create_app
 from osmosis.platform.api.health import PROBE_EVERY_SEC
-from osmosis.platform.db.migrate import head_revision
+from osmosis.platform.core.db.migrate import head_revision
 from tests.platform.conftest import clean_env, free_port, osmosis
 
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from osmosis.platform.checkout import CheckoutError, checkout, mirror_path
-from osmosis.platform.errors import NotFound, ValidationFailed
-from osmosis.platform.run_files import (
+from osmosis.platform.core.errors import NotFound, ValidationFailed
+from osmosis.platform.services.run_files import (
     append_log,
     file_manifest,
     file_type,
@@ -22,6 +21,7 @@ from osmosis.platform.run_files import (
     read_logs,
     tail_logs,
 )
+from osmosis.platform.worker.checkout import CheckoutError, checkout, mirror_path
 from tests.platform.eval_world import git
 
 

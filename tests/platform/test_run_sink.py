@@ -1,4 +1,4 @@
-"""The worker's database mirror of a run's journal (osmosis.platform.run_sink), on a real
+"""The worker's database mirror of a run's journal (osmosis.platform.worker.run_sink), on a real
 SQLite platform database: what the engine reported is committed before the run is called
 over."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform import Settings, create_app
-from osmosis.platform.db.models import User
-from osmosis.platform.db.run_models import EvalAttempt, EvalRun
-from osmosis.platform.run_sink import FLUSH_INTERVAL_SEC, AttemptSink
+from osmosis.platform.core.db.models import User
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.worker.run_sink import FLUSH_INTERVAL_SEC, AttemptSink
 from tests.web import seed
 from tests.web.seed import RunSpec
 

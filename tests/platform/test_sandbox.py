@@ -20,10 +20,10 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
-from osmosis.eval.sandbox.layout import interpreter_dirs
-from osmosis.platform.db import make_engine, make_session_factory
-from osmosis.platform.db.models import Workspace
-from osmosis.platform.workspaces import set_sandbox_network
+from osmosis.eval.sites.sandbox.layout import interpreter_dirs
+from osmosis.platform.core.db import make_engine, make_session_factory
+from osmosis.platform.core.db.models import Workspace
+from osmosis.platform.services.workspaces import set_sandbox_network
 from osmosis.testing import FakeModelServer
 from osmosis.workspace import canonical_identity
 from tests.e2e.conftest import osmosis as osmosis_in

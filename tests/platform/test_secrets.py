@@ -14,18 +14,18 @@ import pytest
 from cryptography.fernet import Fernet
 
 from osmosis.platform import Settings, create_app
-from osmosis.platform.crypto import (
+from osmosis.platform.core.crypto import (
     KEY_ENV,
     SecretBox,
     SecretKeyError,
     SecretUnreadable,
     load_secret_box,
 )
-from osmosis.platform.db.models import Secret
-from osmosis.platform.errors import NotFound
-from osmosis.platform.secrets import SecretsNotFound, resolve_secrets, set_secret
-from osmosis.platform.users import create_user
-from osmosis.platform.workspaces import add_member, get_or_create
+from osmosis.platform.core.db.models import Secret
+from osmosis.platform.core.errors import NotFound
+from osmosis.platform.services.secrets import SecretsNotFound, resolve_secrets, set_secret
+from osmosis.platform.services.users import create_user
+from osmosis.platform.services.workspaces import add_member, get_or_create
 from tests.platform.test_workspaces import cli, cli_error, cli_json, make_repo, new_user
 
 # Distinctive values: grep finds them anywhere they might leak.
@@ -321,7 +321,7 @@ def test_the_secret_tables_compile_for_postgresql_with_partial_unique_indexes(lo
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.schema import CreateIndex
 
-    from osmosis.platform.db.migrate import current_revision, head_revision
+    from osmosis.platform.core.db.migrate import current_revision, head_revision
 
     assert current_revision(local_platform.app.state.engine) == head_revision()
     indexes = {

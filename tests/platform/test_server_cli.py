@@ -218,9 +218,9 @@ def test_bad_user_input_names_each_field_and_rule_without_a_traceback(running_pl
 
 
 def test_the_last_live_admin_token_cannot_be_revoked(local_platform):
-    from osmosis.platform import users
-    from osmosis.platform.db.models import ApiToken
-    from osmosis.platform.errors import Conflict
+    from osmosis.platform.core.db.models import ApiToken
+    from osmosis.platform.core.errors import Conflict
+    from osmosis.platform.services import users
 
     with local_platform.app.state.sessions() as db:
         (only,) = db.query(ApiToken).all()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.platform.settings import SETTINGS, Settings, SettingsError
+from osmosis.platform.core.settings import SETTINGS, Settings, SettingsError
 
 
 def test_defaults_put_everything_under_home(tmp_path):

@@ -325,8 +325,8 @@ def test_a_run_whose_origin_the_allowlist_no_longer_admits_fails_before_git_touc
 def test_the_migration_normalises_identities_and_quarantines_duplicates(tmp_path, caplog):
     from sqlalchemy import text
 
-    from osmosis.platform.db import make_engine
-    from osmosis.platform.db.migrate import upgrade
+    from osmosis.platform.core.db import make_engine
+    from osmosis.platform.core.db.migrate import upgrade
     from osmosis.workspace import canonical_identity
 
     engine = make_engine(f"sqlite:///{tmp_path / 'platform.db'}")
@@ -405,14 +405,14 @@ def test_the_migration_normalises_identities_and_quarantines_duplicates(tmp_path
     ],
 )
 def test_what_the_clone_allowlist_admits(allow, identity, by_admin, allowed):
-    from osmosis.platform.origins import origin_problem, parse_clone_allow
+    from osmosis.platform.services.origins import origin_problem, parse_clone_allow
 
     problem = origin_problem(parse_clone_allow(allow), identity, by_admin=by_admin)
     assert (problem is None) == allowed, problem
 
 
 def test_a_bad_clone_allowlist_stops_the_server_naming_every_bad_entry(tmp_path):
-    from osmosis.platform.settings import Settings, SettingsError
+    from osmosis.platform.core.settings import Settings, SettingsError
 
     with pytest.raises(SettingsError) as bad:
         Settings.from_env({"OSMOSIS_CLONE_ALLOW": "github.com/acme/*, *, ./relative, /ok"})

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from osmosis.platform import Settings, create_app
-from osmosis.platform.db.models import User, Workspace
-from osmosis.platform.users import create_user
+from osmosis.platform.core.db.models import User, Workspace
+from osmosis.platform.services.users import create_user
 from osmosis.testing import FakeModelServer
 from tests.e2e.conftest import model_env
 from tests.platform import conftest as platform_worlds

@@ -17,13 +17,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from osmosis.eval.metrics import summarize
-from osmosis.eval.records import AttemptRecord, journal_entry
-from osmosis.platform import Settings, datasets
-from osmosis.platform.db.dataset_models import Dataset, DatasetVersion
-from osmosis.platform.db.models import User, Workspace, WorkspaceMember, new_id
-from osmosis.platform.db.run_models import EvalAttempt, EvalRun
-from osmosis.platform.run_sink import refresh_counters
+from osmosis.eval.results.metrics import summarize
+from osmosis.eval.results.records import AttemptRecord, journal_entry
+from osmosis.platform import Settings
+from osmosis.platform.core.db.dataset_models import Dataset, DatasetVersion
+from osmosis.platform.core.db.models import User, Workspace, WorkspaceMember, new_id
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.services import datasets
+from osmosis.platform.worker.run_sink import refresh_counters
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 XSS = "<script>window.__xss=1;alert('xss')</script>"

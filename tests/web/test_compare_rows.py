@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from osmosis.platform import Settings, create_app
-from osmosis.platform.db.models import User
+from osmosis.platform.core.db.models import User
 from tests.web import seed
 from tests.web.seed import Attempt, RunSpec
 

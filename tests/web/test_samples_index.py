@@ -11,9 +11,9 @@ from uuid import uuid4
 
 import pytest
 
-from osmosis.eval.dataset_formats import sha256_file
-from osmosis.eval.records import AttemptRecord, journal_entry
-from osmosis.platform.errors import ValidationFailed
+from osmosis.eval.inputs.dataset_formats import sha256_file
+from osmosis.eval.results.records import AttemptRecord, journal_entry
+from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.samples_index import (
     MAX_QUERY,
     TEXT_CHARS,

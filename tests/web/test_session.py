@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from osmosis.platform import create_app
-from osmosis.platform.db.models import ApiToken, User, Workspace, utcnow
-from osmosis.platform.db.run_models import EvalRun
-from osmosis.platform.db.web_models import WebSession
+from osmosis.platform.core.db.models import ApiToken, User, Workspace, utcnow
+from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.db.web_models import WebSession
 from osmosis.platform.web.session import COOKIE
 from tests.platform.databases import Databases
 from tests.web import seed

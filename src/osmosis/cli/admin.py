@@ -25,7 +25,7 @@ def create_user(
     """Create a user and print its first API token (once)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
-    from osmosis.platform.schemas import UserCreate
+    from osmosis.wire import UserCreate
 
     request_body(UserCreate, name=name, email=email, is_admin=admin)  # every problem, first
     with platform_errors(), open_client(None) as client:
@@ -123,7 +123,7 @@ def create_token(
     from osmosis.cli.auth import SHOWN_ONCE, expiry_text, lifetime
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
-    from osmosis.platform.schemas import TokenCreate
+    from osmosis.wire import TokenCreate
 
     body = request_body(TokenCreate, name=name, expires_in=lifetime(expires_in))
     with platform_errors(), open_client(None) as client:

@@ -33,7 +33,7 @@ TOKEN_HEADERS = {
 def lifetime(text: str | None) -> int | str | None:
     """`--expires-in` as the API's `expires_in`, or a VALIDATION `CLIError` saying the form."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform.tokens import parse_lifetime
+    from osmosis.platform.services.tokens import parse_lifetime
 
     if text is None:
         return None
@@ -176,7 +176,7 @@ def create_token(
     run this with; your first token comes from an admin (osmosis admin user create)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
-    from osmosis.platform.schemas import TokenCreate
+    from osmosis.wire import TokenCreate
 
     body = request_body(TokenCreate, name=name, expires_in=lifetime(expires_in))
     with platform_errors(), open_client(None) as client:

@@ -102,7 +102,7 @@ def load_logins(env: Mapping[str, str]) -> dict[str, Any]:
 
 def save_login(env: Mapping[str, str], *, url: str, token: str, user: str) -> Path:
     """Remember `token` for `url` and make it the current platform; returns the file."""
-    from osmosis.platform.private_file import write_private_json
+    from osmosis.private_file import write_private_json
 
     logins = load_logins(env)
     logins["platforms"][_normalise(url)] = {"token": token, "user": user}
@@ -114,7 +114,7 @@ def save_login(env: Mapping[str, str], *, url: str, token: str, user: str) -> Pa
 
 def forget_login(env: Mapping[str, str], *, url: str) -> bool:
     """Drop the saved token for `url`; False when there was none."""
-    from osmosis.platform.private_file import write_private_json
+    from osmosis.private_file import write_private_json
 
     logins = load_logins(env)
     if logins["platforms"].pop(_normalise(url), None) is None:

@@ -18,8 +18,8 @@ import typer
 if TYPE_CHECKING:
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError, PlatformClient
-    from osmosis.eval.dataset import DatasetInfo
-    from osmosis.platform.schemas.datasets import DatasetPublic
+    from osmosis.eval.inputs.dataset import DatasetInfo
+    from osmosis.wire.datasets import DatasetPublic
     from osmosis.workspace import Workspace
 
 app = typer.Typer(help="Validate and manage datasets.", no_args_is_help=True)
@@ -356,7 +356,7 @@ def _session(name: str | None, *, check: bool = True) -> Iterator[tuple[Workspac
 def _validated(file: Path) -> DatasetInfo:
     """`validate_dataset(file)`, or a VALIDATION error listing every problem found."""
     from osmosis.cli.output import CLIError
-    from osmosis.eval.dataset import DatasetError, validate_dataset
+    from osmosis.eval.inputs.dataset import DatasetError, validate_dataset
 
     try:
         return validate_dataset(file)
@@ -376,7 +376,7 @@ def _validated(file: Path) -> DatasetInfo:
 
 def _check_name(name: str, *, what: str) -> str:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas.datasets import name_problem
+    from osmosis.wire.datasets import name_problem
 
     problem = name_problem(name)
     if problem is not None:
@@ -390,7 +390,7 @@ def _target(output_path: Path | None, file_name: str) -> Path:
     The file name comes from the server; only a bare, safe name is used.
     """
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas.datasets import name_problem
+    from osmosis.wire.datasets import name_problem
 
     if output_path is None or output_path.is_dir():
         # Only a plain, safe name is joined to a directory: never a path of the server's.

@@ -104,8 +104,8 @@ def _sandbox() -> dict[str, object]:
     """Whether this machine's platform would sandbox workspace code (OSMOSIS_SANDBOX)."""
     import os
 
-    from osmosis.eval.sandbox.support import sandbox_report
-    from osmosis.platform.settings import Settings, SettingsError
+    from osmosis.eval.sites.sandbox.support import sandbox_report
+    from osmosis.platform.core.settings import Settings, SettingsError
 
     try:
         settings = Settings.from_env(os.environ)

@@ -10,8 +10,8 @@ import typer
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
     from osmosis.cli.progress import EvalProgress
-    from osmosis.eval.local_plan import LocalRunPlan
-    from osmosis.eval.local_run import LocalRunReport
+    from osmosis.eval.host.plan import LocalRunPlan
+    from osmosis.eval.host.run import LocalRunReport
 
 app = typer.Typer(help="Evaluate rollouts.", no_args_is_help=True)
 
@@ -97,15 +97,15 @@ def run_command(
     from osmosis.cli import eval_report
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.eval import event_loop
-    from osmosis.eval.host_errors import HostError
-    from osmosis.eval.local_plan import (
+    from osmosis.eval.errors import HostError
+    from osmosis.eval.host import event_loop
+    from osmosis.eval.host.plan import (
         DatasetNotFound,
         LocalRunOptions,
         PlanError,
         plan_local_run,
     )
-    from osmosis.eval.local_run import run_local
+    from osmosis.eval.host.run import run_local
 
     out = output()
     if max_in_flight is not None and max_in_flight < 1:
@@ -184,8 +184,8 @@ def _sandboxed(sandbox: bool) -> dict[str, Any]:
         return {}
     import os
 
-    from osmosis.eval.sandbox import SandboxPolicy, clean_base_env
-    from osmosis.eval.sandbox.layout import SANDBOX_HOME
+    from osmosis.eval.sites.sandbox import SandboxPolicy, clean_base_env
+    from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
 
     return {
         "sandbox": SandboxPolicy(),

@@ -22,7 +22,7 @@ import typer
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
     from osmosis.client import PlatformClient
-    from osmosis.eval.compare import Comparison, Difference, RowOutcome, RunIdentity
+    from osmosis.eval.results.compare import Comparison, Difference, RowOutcome, RunIdentity
 
 REGRESSION_EXIT_CODE = 4
 """`--fail-on-regression` found a regressed row (1 stays "error", 3 "below a gate")."""
@@ -55,7 +55,7 @@ def compare_command(
     from osmosis.cli.eval_platform import _runs_root
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.eval.compare import check_alignment, compare_outcomes
+    from osmosis.eval.results.compare import check_alignment, compare_outcomes
 
     out = output()
     if len(runs) < 2:
@@ -128,7 +128,7 @@ def _load_runs(refs: list[str], root: Path) -> list[_Loaded]:
 def _local(ref: str, path: Path) -> _Loaded:
     from osmosis.cli.local_runs import read_local_run
     from osmosis.cli.output import CLIError
-    from osmosis.eval.compare import RunIdentity, row_outcomes, source_rows
+    from osmosis.eval.results.compare import RunIdentity, row_outcomes, source_rows
 
     try:
         run = read_local_run(path)
@@ -181,7 +181,7 @@ def _platform_runs(refs: list[str], root: Path) -> dict[str, _Loaded]:
 
 
 def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
-    from osmosis.eval.compare import RunIdentity, row_outcomes, source_rows
+    from osmosis.eval.results.compare import RunIdentity, row_outcomes, source_rows
 
     detail = client.get_eval_run(ref)
     attempts: list[dict[str, Any]] = []
@@ -219,8 +219,8 @@ def _platform_selection(detail: Any) -> tuple[str | None, bool]:
     run does (so the digest is the one a local manifest records); without it the platform
     samples 10 % at random, and such a run's row 0 is nobody else's row 0 (a digest of its own
     id says so). None when the counts cannot tell (an older or imported run without them)."""
-    from osmosis.eval.dataset_select import Selection
-    from osmosis.eval.local_plan import _selection_digest
+    from osmosis.eval.host.plan import _selection_digest
+    from osmosis.eval.inputs.dataset_select import Selection
 
     config, summary = detail.config, detail.summary
     limit, n, dataset_rows = config.get("limit"), config.get("n"), summary.dataset_rows

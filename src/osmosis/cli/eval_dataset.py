@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from osmosis.eval.local_plan import DatasetNotFound, LocalRunOptions
+    from osmosis.eval.host.plan import DatasetNotFound, LocalRunOptions
 
 
 def dataset_cache_root(environ: Mapping[str, str]) -> Path:
@@ -38,7 +38,7 @@ def with_platform_dataset(
     """
     from osmosis.cli.credentials import open_client, platform_errors, resolve
     from osmosis.cli.output import CLIError
-    from osmosis.eval.dataset_formats import sha256_file
+    from osmosis.eval.inputs.dataset_formats import sha256_file
     from osmosis.workspace import WorkspaceError, resolve_workspace
 
     name = str(missing.details.get("dataset"))

@@ -31,7 +31,7 @@ from typing import Protocol
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from osmosis.eval.dataset_formats import sha256_file
+from osmosis.eval.inputs.dataset_formats import sha256_file
 
 __all__ = [
     "CONCURRENCY",

@@ -22,7 +22,7 @@ import typer
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
     from osmosis.client import PlatformClient
-    from osmosis.platform.schemas.runs import EvalRunDetail
+    from osmosis.wire.runs import EvalRunDetail
     from osmosis.workspace import Workspace
 
 SCOPE_LABELS = {"user": "Personal", "workspace": "Workspace", "run": "Run"}
@@ -173,7 +173,7 @@ def list_command(
 # -- info ------------------------------------------------------------------------------------
 def _config_line(config: Mapping[str, Any]) -> str:
     """`limit=…, n=…, …` in the reference's order, then the other keys."""
-    from osmosis.eval.config_checks import EVALUATION_KEYS
+    from osmosis.eval.inputs.config_checks import EVALUATION_KEYS
 
     keys = [k for k in EVALUATION_KEYS if k in config]
     keys += sorted(k for k in config if k not in EVALUATION_KEYS and k != "model_path")
@@ -311,7 +311,7 @@ def info_command(
     from osmosis.cli.local_runs import find_local_run, read_local_run, show_local_info
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas.runs import TERMINAL_STATUSES
+    from osmosis.wire.runs import TERMINAL_STATUSES
 
     out = output()
     save = out.mode.value == "rich" or output_root is not None
@@ -463,7 +463,7 @@ def stop_command(
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas.runs import TERMINAL_STATUSES
+    from osmosis.wire.runs import TERMINAL_STATUSES
 
     out = output()
     with platform_errors(), open_client(None) as client:
@@ -501,7 +501,7 @@ def retry_command(
     from osmosis.cli.eval_submit import read_secrets_file, resolve_run_secrets, secret_prompt
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas.runs import TERMINAL_STATUSES
+    from osmosis.wire.runs import TERMINAL_STATUSES
 
     out = output()
     file_values = read_secrets_file(secrets_file)
@@ -601,7 +601,7 @@ def download_command(
     from osmosis.cli.eval_download import CONFIRM_BYTES, parse_types, plan_transfer, run_dir_name
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.eval.dataset import RowSpecError, parse_row_spec
+    from osmosis.eval.inputs.dataset import RowSpecError, parse_row_spec
 
     out = output()
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 from xml.etree import ElementTree
 
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord
 
 GATE_EXIT_CODE: Final = 3
 """A finished run below `--min-pass-rate` or `--min-mean-reward` (1 stays "error/partial")."""

@@ -184,9 +184,9 @@ async def _run(
     import os
 
     from osmosis.cli.output import CLIError
-    from osmosis.eval.local_model import LocalModelError, LocalModelServer, is_local_model
-    from osmosis.eval.providers import ModelResolutionError, ModelTarget, resolve_model
-    from osmosis.eval.providers import open_transport as open_model
+    from osmosis.eval.model.local_model import LocalModelError, LocalModelServer, is_local_model
+    from osmosis.eval.model.providers import ModelResolutionError, ModelTarget, resolve_model
+    from osmosis.eval.model.providers import open_transport as open_model
     from osmosis.rubric.runner import JudgeClient, evaluate
 
     async with contextlib.AsyncExitStack() as stack:

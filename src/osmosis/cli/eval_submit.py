@@ -27,7 +27,7 @@ from osmosis.cli.eval_platform import SecretsFileOption, YesOption, run_url
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
     from osmosis.client import PlatformClient
-    from osmosis.eval.config import EvalConfig, Issue
+    from osmosis.eval.inputs.config import EvalConfig, Issue
     from osmosis.workspace import Workspace
 
 PREFLIGHT_TIMEOUT_S = 60  # an entrypoint that serves at import time would never return
@@ -46,7 +46,7 @@ class SecretChoice:
 def read_secrets_file(value: str | None) -> dict[str, str]:
     """`--secrets-file PATH|-` as a mapping (empty when not given)."""
     from osmosis.cli.output import CLIError
-    from osmosis.eval.secrets import SecretsError, parse_dotenv, read_dotenv
+    from osmosis.eval.inputs.secrets import SecretsError, parse_dotenv, read_dotenv
 
     if value is None:
         return {}
@@ -179,8 +179,8 @@ def _missing_files(path: Path, top: Path) -> list[Issue]:
     """`rollouts/<rollout>/` and its entrypoint must exist in the work tree."""
     import tomllib
 
-    from osmosis.eval.config import Issue
-    from osmosis.eval.config_checks import LineIndex
+    from osmosis.eval.inputs.config import Issue
+    from osmosis.eval.inputs.config_checks import LineIndex
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -213,7 +213,7 @@ def _missing_files(path: Path, top: Path) -> list[Issue]:
 def _load_config(config_path: Path, workspace: Workspace) -> _LoadedConfig:
     """Location, TOML rules, rollout directory and entrypoint: every problem at once."""
     from osmosis.cli.output import CLIError
-    from osmosis.eval.config import ConfigError, check_config_location, load_eval_config
+    from osmosis.eval.inputs.config import ConfigError, check_config_location, load_eval_config
 
     path = config_path.resolve()
     top = workspace.directory.resolve()
@@ -350,7 +350,7 @@ def submit_command(
     from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import current_workspace
     from osmosis.git_state import GitStateError, resolve_git_state
-    from osmosis.platform.schemas.runs import (
+    from osmosis.wire.runs import (
         EvalRunCreate,
         ExperimentConfigIn,
         RepositoryRef,

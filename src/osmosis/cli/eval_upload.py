@@ -1,7 +1,7 @@
 """`osmosis eval upload NAME|DIR` (and `eval run --upload`): a finished local run becomes a run
 of its workspace on the platform.
 
-The run directory is checked here first (`osmosis.eval.run_export`, the same checks the
+The run directory is checked here first (`osmosis.eval.results.run_export`, the same checks the
 server runs again), then the upload is opened: the server answers with the files it still
 needs, so an interrupted upload sends only the rest when run again, and a run uploaded before
 is answered at once. A run changed since its upload (`--retry-failed`) is refused unless
@@ -76,9 +76,9 @@ def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
     from osmosis.cli.local_runs import read_local_run
     from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import current_workspace
-    from osmosis.eval.dataset_formats import sha256_file
-    from osmosis.eval.run_export import export_files, verify_run_dir
-    from osmosis.platform.schemas.runs import ImportFileIn, ImportRunIn, RunImportCreate
+    from osmosis.eval.inputs.dataset_formats import sha256_file
+    from osmosis.eval.results.run_export import export_files, verify_run_dir
+    from osmosis.wire.runs import ImportFileIn, ImportRunIn, RunImportCreate
 
     problems = verify_run_dir(path)
     if problems:

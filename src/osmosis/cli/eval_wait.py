@@ -43,7 +43,7 @@ def follow(
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError
-    from osmosis.platform.schemas.runs import TERMINAL_STATUSES
+    from osmosis.wire.runs import TERMINAL_STATUSES
 
     out.info(f"Following {name} until it ends (Ctrl-C stops following, not the run)")
     last_line, last_state = 0.0, None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord
 
 
 @dataclass(frozen=True)

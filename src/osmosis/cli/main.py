@@ -183,7 +183,7 @@ def _command_path(args: Sequence[str]) -> str:
 def load_env_file(path: str, environ: MutableMapping[str, str]) -> None:
     """Add a dotenv file's variables to `environ`; variables already set win (as in shells
     that `source` a file, the explicit environment is the user's last word)."""
-    from osmosis.eval.secrets import SecretsError, read_dotenv
+    from osmosis.eval.inputs.secrets import SecretsError, read_dotenv
 
     try:
         values = read_dotenv(Path(path))

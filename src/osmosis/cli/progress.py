@@ -16,7 +16,7 @@ from osmosis.cli.output import Mode, Output
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from osmosis.eval.records import AttemptRecord
+    from osmosis.eval.results.records import AttemptRecord
 
 
 class EvalProgress:

@@ -40,7 +40,7 @@ ScopeOption = typer.Option(
 
 def _check_name(name: str) -> None:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.schemas import SECRET_NAME_MAX, SECRET_NAME_PATTERN
+    from osmosis.wire import SECRET_NAME_MAX, SECRET_NAME_PATTERN
 
     if not (1 <= len(name) <= SECRET_NAME_MAX) or not re.match(SECRET_NAME_PATTERN, name):
         # `openai-api-key` most likely means OPENAI_API_KEY: offer it when that is valid.

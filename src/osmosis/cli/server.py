@@ -21,8 +21,8 @@ import typer
 
 if TYPE_CHECKING:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.home_lock import HomeInUse
-    from osmosis.platform.settings import Settings
+    from osmosis.platform.core.home_lock import HomeInUse
+    from osmosis.platform.core.settings import Settings
 
 app = typer.Typer(help="Run the self-hosted platform.", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ STOP_TIMEOUT = 20.0
 
 def _settings(**overrides: Any) -> Settings:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.settings import Settings, SettingsError
+    from osmosis.platform.core.settings import Settings, SettingsError
 
     try:
         return Settings.from_env(os.environ, **overrides)
@@ -83,7 +83,7 @@ def start(
             code="VALIDATION",
             hint="listen on 127.0.0.1 behind a TLS proxy, or set OSMOSIS_ALLOW_INSECURE_HTTP=1",
         )
-    from osmosis.eval.sandbox.support import sandbox_report
+    from osmosis.eval.sites.sandbox.support import sandbox_report
 
     # Only a process that executes runs (roles all and worker) starts workspace code.
     sandbox = sandbox_report(settings.sandbox, settings.sandbox_bwrap, executor=settings.executor)
@@ -97,7 +97,7 @@ def start(
         )
     if sandbox["warning"] and settings.role != "api":
         output().warn(str(sandbox["warning"]))
-    from osmosis.platform.home_lock import Holder, HomeInUse, read_holder
+    from osmosis.platform.core.home_lock import Holder, HomeInUse, read_holder
 
     holder = read_holder(settings.lock_file) if serves_http else None
     running = _running_pid(settings) if serves_http else None
@@ -128,10 +128,10 @@ def start(
             next_steps=[{"command": "osmosis server stop"}],
         )
         return
-    from osmosis.platform.blobs import BlobStoreError
-    from osmosis.platform.crypto import SecretKeyError
-    from osmosis.platform.db.engine import DatabaseUnavailable
-    from osmosis.platform.schema_revision import SchemaMismatch
+    from osmosis.platform.core.blobs import BlobStoreError
+    from osmosis.platform.core.crypto import SecretKeyError
+    from osmosis.platform.core.db.engine import DatabaseUnavailable
+    from osmosis.platform.core.schema_revision import SchemaMismatch
     from osmosis.platform.server import serve
 
     if serves_http:
@@ -272,7 +272,7 @@ def _describe(settings: Settings, *, pid: int | None, running: bool) -> dict[str
 def _running_worker(settings: Settings) -> int | None:
     """The home's worker process (`--role worker`, or the worker part of a server with role
     all, which is the server's own pid): its state file's, else the worker lock's holder."""
-    from osmosis.platform.home_lock import is_osmosis_process, read_holder
+    from osmosis.platform.core.home_lock import is_osmosis_process, read_holder
 
     pid = _worker_state_pid(settings)
     if pid is not None and is_osmosis_process(pid):
@@ -305,7 +305,7 @@ def _read_state(settings: Settings) -> dict[str, Any]:
 
 
 def _disk(settings: Settings) -> dict[str, Any]:
-    from osmosis.platform.disk import disk_space
+    from osmosis.platform.core.disk import disk_space
 
     space = disk_space(settings.home, min_free_bytes=settings.min_free_disk_bytes)
     described: dict[str, Any] = {"low_disk": space.low, "disk_free_bytes": space.free_bytes}
@@ -315,7 +315,7 @@ def _disk(settings: Settings) -> dict[str, Any]:
 
 
 def _sandbox(settings: Settings) -> dict[str, Any]:
-    from osmosis.eval.sandbox.support import sandbox_report
+    from osmosis.eval.sites.sandbox.support import sandbox_report
 
     report = sandbox_report(settings.sandbox, settings.sandbox_bwrap, executor=settings.executor)
     described: dict[str, Any] = {"sandbox": report["sandbox"]}
@@ -341,7 +341,7 @@ def _home_in_use(error: HomeInUse) -> CLIError:
 
 
 def _alive(pid: int) -> bool:
-    from osmosis.platform.home_lock import process_alive
+    from osmosis.platform.core.home_lock import process_alive
 
     return process_alive(pid)
 
@@ -349,7 +349,7 @@ def _alive(pid: int) -> bool:
 def _running_pid(settings: Settings) -> int | None:
     """The server's pid: the pid file's, else the home lock's holder; only a live osmosis
     process counts (a pid recycled by another program after a crash must not be signalled)."""
-    from osmosis.platform.home_lock import is_osmosis_process, read_holder
+    from osmosis.platform.core.home_lock import is_osmosis_process, read_holder
 
     try:
         pid = int(settings.pid_file.read_text(encoding="utf-8").split()[0])
@@ -381,8 +381,8 @@ def _port_answers(settings: Settings) -> bool:
 def _spawn(settings: Settings) -> int:
     """Start `osmosis server start` in a new session, and wait until it answers health."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform.home_lock import HomeInUse, read_holder
-    from osmosis.platform.private_file import make_private_dir, open_private_append
+    from osmosis.platform.core.home_lock import HomeInUse, read_holder
+    from osmosis.private_file import make_private_dir, open_private_append
 
     make_private_dir(settings.home)
     command = [

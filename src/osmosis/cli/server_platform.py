@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from osmosis.platform.settings import Settings
+    from osmosis.platform.core.settings import Settings
 
 
 def _sqlite_missing(url: str) -> bool:
@@ -33,11 +33,11 @@ def platform_view(settings: Settings) -> dict[str, Any]:
     """The live processes of the platform and the runs each holds."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from osmosis.platform.db import make_engine, make_session_factory
-    from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
-    from osmosis.platform.leases import held_runs
-    from osmosis.platform.processes import db_now, live_processes
-    from osmosis.platform.schema_revision import schema_problem
+    from osmosis.platform.core.db import make_engine, make_session_factory
+    from osmosis.platform.core.db.engine import DatabaseUnavailable, safe_url
+    from osmosis.platform.core.schema_revision import schema_problem
+    from osmosis.platform.worker.leases import held_runs
+    from osmosis.platform.worker.processes import db_now, live_processes
 
     url = settings.database_url
     assert url is not None
@@ -100,9 +100,9 @@ def migrate_database(settings: Settings) -> tuple[str | None, str]:
     from sqlalchemy.exc import OperationalError
 
     from osmosis.cli.output import CLIError
-    from osmosis.platform.db import make_engine
-    from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
-    from osmosis.platform.schema_revision import SchemaMismatch, check_schema
+    from osmosis.platform.core.db import make_engine
+    from osmosis.platform.core.db.engine import DatabaseUnavailable, safe_url
+    from osmosis.platform.core.schema_revision import SchemaMismatch, check_schema
 
     url = settings.database_url
     assert url is not None

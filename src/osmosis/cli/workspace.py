@@ -214,7 +214,7 @@ def add_member(
     """Add an existing platform user to this repository's workspace (owners only)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
-    from osmosis.platform.schemas import MemberAdd
+    from osmosis.wire import MemberAdd
 
     workspace = current_workspace()
     by = {"email": user} if "@" in user else {"user_id": user}
@@ -258,7 +258,7 @@ def set_role(
     """Make a member an owner, or an owner a member (owners only; one active owner stays)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
     from osmosis.cli.main import output
-    from osmosis.platform.schemas import MemberUpdate
+    from osmosis.wire import MemberUpdate
 
     workspace = current_workspace()
     request_body(MemberUpdate, role=role)

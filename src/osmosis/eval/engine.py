@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from osmosis.eval.classify import RESOURCE_LIMIT, attempt_trajectory, classify
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.classify import RESOURCE_LIMIT, attempt_trajectory, classify
+from osmosis.eval.results.records import AttemptRecord
 from osmosis.eval.sites.api import (
     PROTOCOL_ERROR,
     AdmissionRejected,
@@ -107,7 +107,7 @@ class ResultsSink(Protocol):
 
 
 class PolicyCall(Protocol):
-    """What the engine reads of one bridge call (see `osmosis.eval.bridge.CallRecord`)."""
+    """What the engine reads of one bridge call (see `osmosis.eval.model.bridge.CallRecord`)."""
 
     @property
     def prompt_tokens(self) -> int | None: ...

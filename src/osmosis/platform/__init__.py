@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from osmosis.platform.app import create_app
+    from osmosis.platform.core.settings import Settings
     from osmosis.platform.server import serve
-    from osmosis.platform.settings import Settings
 
 __all__ = ["Settings", "create_app", "serve"]
 
 _HOMES = {
-    "Settings": "osmosis.platform.settings",
+    "Settings": "osmosis.platform.core.settings",
     "create_app": "osmosis.platform.app",
     "serve": "osmosis.platform.server",
 }

@@ -19,21 +19,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis._version import __version__
 from osmosis.platform.api import admin, auth, datasets, eval_runs, health, secrets, workspaces
-from osmosis.platform.body_limit import BodyLimit
-from osmosis.platform.bootstrap import bootstrap
-from osmosis.platform.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
-from osmosis.platform.datasets import recover_interrupted
-from osmosis.platform.db import make_engine, make_session_factory, upgrade
-from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
+from osmosis.platform.core.body_limit import BodyLimit
+from osmosis.platform.core.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
+from osmosis.platform.core.db import make_engine, make_session_factory, upgrade
+from osmosis.platform.core.db.engine import DatabaseUnavailable, safe_url
+from osmosis.platform.core.errors import install_error_handling
+from osmosis.platform.core.request_slots import RequestSlots, pool_size, use_threads
+from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import current_token
-from osmosis.platform.errors import install_error_handling
-from osmosis.platform.private_file import make_private_dir
-from osmosis.platform.request_slots import RequestSlots, pool_size, use_threads
-from osmosis.platform.scheduler import Scheduler
-from osmosis.platform.schemas import ErrorBody
-from osmosis.platform.secrets import check_key as check_secret_key
-from osmosis.platform.settings import Settings
+from osmosis.platform.services.bootstrap import bootstrap
+from osmosis.platform.services.datasets import recover_interrupted
+from osmosis.platform.services.secrets import check_key as check_secret_key
 from osmosis.platform.web import install_dashboard
+from osmosis.platform.worker.scheduler import Scheduler
+from osmosis.private_file import make_private_dir
+from osmosis.wire import ErrorBody
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}

@@ -9,10 +9,10 @@ from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from osmosis.platform import workspaces
-from osmosis.platform.db.models import ApiToken, User, Workspace
-from osmosis.platform.errors import AuthRequired, Forbidden
-from osmosis.platform.users import check_token
+from osmosis.platform.core.db.models import ApiToken, User, Workspace
+from osmosis.platform.core.errors import AuthRequired, Forbidden
+from osmosis.platform.services import workspaces
+from osmosis.platform.services.users import check_token
 
 # Page offsets stop far beyond any real listing but well inside the databases' 64-bit
 # integers: a larger number would otherwise reach the SQL and overflow there (a 500).

@@ -6,7 +6,7 @@
 Role `all` (the default) is the API and dashboard under uvicorn with the scheduler executing
 runs in the same process; `api` is the HTTP part alone (its scheduler only registers the
 process); `worker` is the scheduler alone. A process holds its home's lock for its role its
-whole life (`osmosis.platform.home_lock`: `server.lock` for the HTTP part, `worker.lock` for
+whole life (`osmosis.platform.core.home_lock`: `server.lock` for the HTTP part, `worker.lock` for
 the worker; `all` takes both), works with umask 077, and tightens a home whose files others
 could read. Before serving it checks the database's schema (`schema_revision`: only `all`
 migrates by itself) and that its blob directory is the platform's (`blobs.check_identity`).
@@ -23,16 +23,16 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from osmosis.platform.blobs import check_identity, open_store
-from osmosis.platform.home_lock import HomeLock
-from osmosis.platform.private_file import (
+from osmosis.platform.core.blobs import check_identity, open_store
+from osmosis.platform.core.home_lock import HomeLock
+from osmosis.platform.core.settings import Settings
+from osmosis.private_file import (
     PRIVATE_UMASK,
     make_private_dir,
     tighten_home,
     write_private_json,
     write_private_text,
 )
-from osmosis.platform.settings import Settings
 
 logger = logging.getLogger("osmosis.platform")
 
@@ -50,7 +50,7 @@ def serve(settings: Settings) -> None:
     locks = _lock(settings)
     try:
         if settings.role != "api" and (not settings.sandbox or settings.executor == "ray"):
-            from osmosis.eval.sandbox.support import OFF_WARNING, RAY_WARNING
+            from osmosis.eval.sites.sandbox.support import OFF_WARNING, RAY_WARNING
 
             logger.warning(RAY_WARNING if settings.executor == "ray" else OFF_WARNING)
         _tighten(settings)
@@ -84,9 +84,9 @@ def prepare(settings: Settings) -> None:
     platform's; `SchemaMismatch` / `BlobStoreError` / `DatabaseUnavailable` say why not."""
     from sqlalchemy.exc import OperationalError
 
-    from osmosis.platform.db import make_engine, make_session_factory
-    from osmosis.platform.db.engine import DatabaseUnavailable, safe_url
-    from osmosis.platform.schema_revision import check_schema
+    from osmosis.platform.core.db import make_engine, make_session_factory
+    from osmosis.platform.core.db.engine import DatabaseUnavailable, safe_url
+    from osmosis.platform.core.schema_revision import check_schema
 
     assert settings.database_url is not None
     engine = make_engine(settings.database_url)
@@ -150,9 +150,9 @@ def _work(settings: Settings) -> None:
     """Role `worker`: the scheduler alone, until SIGTERM or SIGINT."""
     import asyncio
 
-    from osmosis.platform.crypto import KEY_ENV, SecretKeyError, load_secret_box
-    from osmosis.platform.db import make_engine, make_session_factory
-    from osmosis.platform.secrets import check_key
+    from osmosis.platform.core.crypto import KEY_ENV, SecretKeyError, load_secret_box
+    from osmosis.platform.core.db import make_engine, make_session_factory
+    from osmosis.platform.services.secrets import check_key
 
     assert settings.database_url is not None
     engine = make_engine(settings.database_url)
@@ -169,7 +169,7 @@ def _work(settings: Settings) -> None:
             )
 
     async def work() -> None:
-        from osmosis.platform.scheduler import Scheduler
+        from osmosis.platform.worker.scheduler import Scheduler
 
         scheduler = Scheduler(sessions, settings)
         stop = asyncio.Event()

@@ -5,7 +5,7 @@ reached through the engine's transports (`JudgeClient`), verdicts are cached by 
 them (`VerdictCache`), and `evaluate` returns a `RubricReport` with scores, errors, clamped-score
 flags and statistics.
 
-    from osmosis.eval.providers import open_transport, resolve_model
+    from osmosis.eval.model.providers import open_transport, resolve_model
     from osmosis.rubric import JudgeClient, RubricSettings, evaluate, read_records
 
     target = resolve_model("openai/gpt-4o-mini", os.environ, timeout=30)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from osmosis.eval.providers import ModelTarget, ProviderError, Transport
-from osmosis.eval.retry import RetriesExhausted, RetryPolicy, call_with_retries
+from osmosis.eval.model.providers import ModelTarget, ProviderError, Transport
+from osmosis.eval.model.retry import RetriesExhausted, RetryPolicy, call_with_retries
 from osmosis.rubric.cache import VerdictCache, verdict_key
 from osmosis.rubric.judge import (
     ScoreRange,

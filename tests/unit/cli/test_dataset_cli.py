@@ -139,7 +139,7 @@ def test_help_does_not_load_the_dataset_machinery(tmp_path: Path) -> None:
         "import sys\n"
         "from osmosis.cli.main import main\n"
         "main(['dataset', '--help'])\n"
-        "heavy = ('pyarrow', 'osmosis.eval.dataset', 'osmosis.eval.config')\n"
+        "heavy = ('pyarrow', 'osmosis.eval.inputs.dataset', 'osmosis.eval.inputs.config')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     result = subprocess.run(

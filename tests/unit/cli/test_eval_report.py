@@ -17,8 +17,8 @@ from osmosis.cli.eval_report import (
     markdown_report,
     rerun_command,
 )
-from osmosis.eval.metrics import summarize
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.metrics import summarize
+from osmosis.eval.results.records import AttemptRecord
 
 JUNIT_XSD = Path(__file__).parents[2] / "e2e" / "schemas" / "junit.xsd"
 

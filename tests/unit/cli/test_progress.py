@@ -6,7 +6,7 @@ from rich.console import Console
 
 from osmosis.cli.output import Mode, Output
 from osmosis.cli.progress import EvalProgress
-from osmosis.eval.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord
 
 
 def record(index: int, status: str, reward: float | None) -> AttemptRecord:

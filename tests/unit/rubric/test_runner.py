@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.providers import ModelTarget, open_transport
-from osmosis.eval.retry import RetryPolicy
+from osmosis.eval.model.providers import ModelTarget, open_transport
+from osmosis.eval.model.retry import RetryPolicy
 from osmosis.rubric.cache import VerdictCache
 from osmosis.rubric.judge import ScoreRange
 from osmosis.rubric.records import RubricRecord

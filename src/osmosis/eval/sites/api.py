@@ -3,7 +3,7 @@
     lease = await endpoint.api.start(init_request)
     result = await endpoint.api.wait(lease, deadline_sec=600)
 
-`RolloutAPI` is a Protocol: `osmosis.eval.rollout_client.RolloutClient` speaks it over HTTP,
+`RolloutAPI` is a Protocol: `osmosis.eval.sites.rollout_client.RolloutClient` speaks it over HTTP,
 the engine's unit tests supply an in-memory one, a Ray site may call an actor. Every
 implementation sorts faults the same way, because the engine's honesty rests on it:
 

@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from osmosis.eval.environment import RolloutEnvironment
-from osmosis.eval.redact import Redactor
-from osmosis.eval.rollout_client import RolloutClient
-from osmosis.eval.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
+from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.api import RolloutAPI
+from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.eval.sites.rollout_client import RolloutClient
+from osmosis.eval.sites.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
 from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, start_all
 
 DEFAULT_MAX_RESTARTS = 2

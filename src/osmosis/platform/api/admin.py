@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from osmosis.platform import users
 from osmosis.platform.api.auth import created
-from osmosis.platform.db.models import utcnow
+from osmosis.platform.core.db.models import utcnow
 from osmosis.platform.deps import AdminUser, Db, Offset
-from osmosis.platform.schemas import (
+from osmosis.platform.services import users
+from osmosis.wire import (
     TokenCreate,
     TokenCreated,
     TokenList,

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from osmosis.platform import users
-from osmosis.platform.db.models import utcnow
+from osmosis.platform.core.db.models import utcnow
 from osmosis.platform.deps import CurrentToken, CurrentUser, Db
-from osmosis.platform.schemas import (
+from osmosis.platform.services import users
+from osmosis.wire import (
     TokenCreate,
     TokenCreated,
     TokenList,

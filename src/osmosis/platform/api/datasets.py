@@ -16,12 +16,13 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from osmosis.platform import datasets
-from osmosis.platform.blobs import BlobStore
-from osmosis.platform.db.dataset_models import DatasetVersion
+from osmosis.platform.core.blobs import BlobStore
+from osmosis.platform.core.db.dataset_models import DatasetVersion
+from osmosis.platform.core.errors import ValidationFailed
+from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
-from osmosis.platform.errors import ValidationFailed
-from osmosis.platform.schemas.datasets import (
+from osmosis.platform.services import datasets
+from osmosis.wire.datasets import (
     DEFAULT_PREVIEW_ROWS,
     MAX_LOG_PAGE,
     MAX_PAGE,
@@ -34,7 +35,6 @@ from osmosis.platform.schemas.datasets import (
     DatasetPreview,
     DatasetPublic,
 )
-from osmosis.platform.settings import Settings
 
 router = APIRouter(prefix="/api/datasets", tags=["datasets"])
 

@@ -14,12 +14,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse
 
-from osmosis.platform import run_files, run_upload, run_views, runs, workspaces
-from osmosis.platform.db.run_models import TERMINAL, EvalRun
+from osmosis.platform.core.db.run_models import TERMINAL, EvalRun
+from osmosis.platform.core.errors import Conflict, ValidationFailed
+from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset, Rules
-from osmosis.platform.errors import Conflict, ValidationFailed
-from osmosis.platform.scheduler import Scheduler
-from osmosis.platform.schemas.runs import (
+from osmosis.platform.services import run_files, run_upload, run_views, runs, workspaces
+from osmosis.platform.worker.scheduler import Scheduler
+from osmosis.wire.runs import (
     ATTEMPT_SORTS,
     AttemptList,
     EvalRunCreate,
@@ -36,7 +37,6 @@ from osmosis.platform.schemas.runs import (
     RunImportCreate,
     RunImportSession,
 )
-from osmosis.platform.settings import Settings
 
 router = APIRouter(prefix="/api/eval-runs", tags=["eval runs"])
 
@@ -230,7 +230,7 @@ def eval_run_attempts(
     )
 
 
-# -- imports of finished local runs (`osmosis eval upload`; see osmosis.platform.run_upload) --
+# -- imports of finished local runs (`osmosis eval upload`; see services.run_upload) --
 @router.post("/imports")
 def start_run_import(
     body: RunImportCreate, db: Db, user: CurrentUser, workspace: CurrentWorkspace, request: Request

@@ -22,11 +22,11 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy import Engine, text
 
 from osmosis._version import __version__
-from osmosis.platform.blobs import BlobStore, open_store
-from osmosis.platform.disk import disk_space
-from osmosis.platform.schema_revision import schema_problem
-from osmosis.platform.schemas import ComponentHealth, DiskPublic, Health
-from osmosis.platform.settings import Settings
+from osmosis.platform.core.blobs import BlobStore, open_store
+from osmosis.platform.core.disk import disk_space
+from osmosis.platform.core.schema_revision import schema_problem
+from osmosis.platform.core.settings import Settings
+from osmosis.wire import ComponentHealth, DiskPublic, Health
 
 router = APIRouter(tags=["health"])
 PATH = "/api/health"

@@ -9,11 +9,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from osmosis.platform import secrets
-from osmosis.platform.crypto import SecretBox
-from osmosis.platform.db.models import Secret
+from osmosis.platform.core.crypto import SecretBox
+from osmosis.platform.core.db.models import Secret
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
-from osmosis.platform.schemas import SecretCreate, SecretList, SecretPublic, SecretScopeIn
+from osmosis.platform.services import secrets
+from osmosis.wire import SecretCreate, SecretList, SecretPublic, SecretScopeIn
 
 router = APIRouter(prefix="/api/secrets", tags=["secrets"])
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from osmosis.platform import users, workspaces
-from osmosis.platform.db.models import User, Workspace, WorkspaceMember
+from osmosis.platform.core.db.models import User, Workspace, WorkspaceMember
+from osmosis.platform.core.errors import Forbidden
 from osmosis.platform.deps import (
     CurrentUser,
     CurrentWorkspace,
@@ -17,8 +17,8 @@ from osmosis.platform.deps import (
     OwnerWorkspace,
     Rules,
 )
-from osmosis.platform.errors import Forbidden
-from osmosis.platform.schemas import (
+from osmosis.platform.services import users, workspaces
+from osmosis.wire import (
     MemberAdd,
     MemberUpdate,
     WorkspaceCreate,

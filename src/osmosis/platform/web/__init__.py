@@ -18,7 +18,7 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from osmosis.platform.errors import PlatformError, error_response
+from osmosis.platform.core.errors import PlatformError, error_response
 from osmosis.platform.web import (
     pages_auth,
     pages_compare,
@@ -116,7 +116,7 @@ def create_view_app(root: Path, *, allowed_hosts: frozenset[str] | None = None) 
     `allowed_hosts`: the Host headers answered (None: any). On loopback that is the loopback
     names only, so a web page cannot reach the viewer through a name it points at 127.0.0.1.
     """
-    from osmosis.platform.errors import install_error_handling
+    from osmosis.platform.core.errors import install_error_handling
     from osmosis.platform.web.source_local import LocalSource
     from osmosis.platform.web.view_guard import HostGuard
 

@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from osmosis.platform.errors import NotFound
-from osmosis.platform.run_files import regular_file_within
+from osmosis.platform.core.errors import NotFound
+from osmosis.platform.services.run_files import regular_file_within
 
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 TEXT_PREVIEW_BYTES = 64 * 1024

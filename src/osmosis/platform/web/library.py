@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from osmosis.platform import secrets
-from osmosis.platform.db.dataset_models import Dataset, DatasetVersion
-from osmosis.platform.db.models import Secret, User, Workspace, WorkspaceMember
-from osmosis.platform.errors import NotFound
+from osmosis.platform.core.db.dataset_models import Dataset, DatasetVersion
+from osmosis.platform.core.db.models import Secret, User, Workspace, WorkspaceMember
+from osmosis.platform.core.errors import NotFound
+from osmosis.platform.services import secrets
 
 
 def member_workspaces(db: Session, *, user: User) -> list[Workspace]:

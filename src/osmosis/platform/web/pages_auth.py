@@ -8,7 +8,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from osmosis.platform.deps import Db
-from osmosis.platform.users import authenticate
+from osmosis.platform.services.users import authenticate
 from osmosis.platform.web.render import render
 from osmosis.platform.web.session import (
     CSRF_FIELD,

@@ -3,7 +3,7 @@
 pass rate and mean reward with its paired interval, and for one row every run's outputs side
 by side (`/compare/rows/{row}`).
 
-The arithmetic is `osmosis.eval.compare`'s; every run is judged at the baseline's pass
+The arithmetic is `osmosis.eval.results.compare`'s; every run is judged at the baseline's pass
 threshold, so a changed threshold is not a change.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from osmosis.eval.compare import (
+from osmosis.eval.results.compare import (
     Comparison,
     RowComparison,
     RowOutcome,
@@ -24,7 +24,7 @@ from osmosis.eval.compare import (
     compare_outcomes,
     source_rows,
 )
-from osmosis.platform.errors import ValidationFailed
+from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.params import Offset, RowIndex
 from osmosis.platform.web.render import render
 from osmosis.platform.web.samples_index import Sample

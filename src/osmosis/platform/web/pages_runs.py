@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from osmosis.platform import run_files
+from osmosis.platform.services import run_files
 from osmosis.platform.web import charts
 from osmosis.platform.web.params import Offset
 from osmosis.platform.web.render import render

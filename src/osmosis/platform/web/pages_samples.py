@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from osmosis.platform.errors import NotFound, ValidationFailed
-from osmosis.platform.run_views import MAX_ATTEMPTS_PAGE
+from osmosis.platform.core.errors import NotFound, ValidationFailed
+from osmosis.platform.services.run_views import MAX_ATTEMPTS_PAGE
 from osmosis.platform.web import artifacts
 from osmosis.platform.web.params import Offset, RowIndex, RunIndex
 from osmosis.platform.web.render import render

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from osmosis.platform import runs
+from osmosis.platform.core.errors import Conflict
 from osmosis.platform.deps import Db
-from osmosis.platform.errors import Conflict
+from osmosis.platform.services import runs
 from osmosis.platform.web.session import CSRF_FIELD, PageViewer, check_csrf
 
 router = APIRouter()

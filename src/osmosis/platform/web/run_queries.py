@@ -2,7 +2,7 @@
 and the columns live results and the histogram use (the platform source's queries).
 
 Every query is scoped to the viewer's workspaces, and the list is one LIMIT/OFFSET page plus
-a COUNT. Finding one run and paging its attempts are `osmosis.platform.runs` / `run_views`.
+a COUNT. Finding one run and paging its attempts are `osmosis.platform.services.runs` / `run_views`.
 
     page = list_runs(db, user=ada, filters=RunFilters(status="running"), limit=25, offset=0)
 """
@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session
 
-from osmosis.platform.db.models import User, Workspace, WorkspaceMember
-from osmosis.platform.db.run_models import EvalAttempt, EvalRun
-from osmosis.platform.run_views import summary_public
-from osmosis.platform.schemas.runs import EvalRunSummary
+from osmosis.platform.core.db.models import User, Workspace, WorkspaceMember
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.services.run_views import summary_public
 from osmosis.platform.web.source import RUNS_PER_PAGE, RunFilters
+from osmosis.wire.runs import EvalRunSummary
 
 
 @dataclass(frozen=True)

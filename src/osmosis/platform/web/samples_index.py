@@ -31,12 +31,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from osmosis.eval.compare import RowOutcome, row_outcomes
-from osmosis.eval.metrics import pass_at_k_estimate
-from osmosis.eval.records import AttemptRecord
-from osmosis.platform.errors import ValidationFailed
-from osmosis.platform.schemas.runs import ATTEMPT_SORTS
+from osmosis.eval.results.compare import RowOutcome, row_outcomes
+from osmosis.eval.results.metrics import pass_at_k_estimate
+from osmosis.eval.results.records import AttemptRecord
+from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.trajectory import MAX_BYTES, final_output, first_user_message
+from osmosis.wire.runs import ATTEMPT_SORTS
 
 JOURNAL = "events.jsonl"
 TEXT_CHARS = 4_000
@@ -242,7 +242,7 @@ class SampleIndex:
         return (self.generation, self._offset, self._inode)
 
     def outcomes(self, pass_threshold: float) -> dict[int, RowOutcome]:
-        """Each row's outcome, as `osmosis.eval.compare` reduces attempts (kept until an
+        """Each row's outcome, as `osmosis.eval.results.compare` reduces attempts (kept until an
         attempt is added)."""
         with self._lock:
             cached = self._outcomes
@@ -309,7 +309,7 @@ class SampleIndex:
         if problem:
             self.input_problem = problem
             return
-        from osmosis.eval.dataset import DatasetError, read_rows
+        from osmosis.eval.inputs.dataset import DatasetError, read_rows
 
         try:
             for row in read_rows(self.dataset.path, missing):
@@ -462,7 +462,7 @@ def _safe_cell(text: str | None) -> str | None:
 
 
 def _dataset_problem(dataset: DatasetFile) -> str | None:
-    from osmosis.platform.run_files import _sha256  # cached per (path, size, mtime, inode)
+    from osmosis.platform.services.run_files import _sha256  # cached per (path, size, mtime, inode)
 
     try:
         stat = dataset.path.stat()

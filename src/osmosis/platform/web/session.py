@@ -26,12 +26,12 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 from sqlalchemy.orm import Session
 
-from osmosis.platform.crypto import SecretBox, SecretUnreadable
-from osmosis.platform.db.models import ApiToken, User, utcnow
-from osmosis.platform.db.web_models import WebSession
+from osmosis.platform.core.crypto import SecretBox, SecretUnreadable
+from osmosis.platform.core.db.models import ApiToken, User, utcnow
+from osmosis.platform.core.db.web_models import WebSession
+from osmosis.platform.core.errors import Forbidden, PlatformError
 from osmosis.platform.deps import Db
-from osmosis.platform.errors import Forbidden, PlatformError
-from osmosis.platform.users import authenticate
+from osmosis.platform.services.users import authenticate
 
 COOKIE = "osmosis_session"
 CSRF_FIELD = "csrf_token"

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
-from osmosis.platform.errors import NotFound
+from osmosis.platform.core.errors import NotFound
 from osmosis.platform.web.samples_index import SampleIndex
 from osmosis.platform.web.session import Viewer
 

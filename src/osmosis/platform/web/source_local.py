@@ -4,7 +4,7 @@
     source = LocalSource(Path(".osmosis/evals/try1"))  # just that one
     run = source.find("try1")
 
-A run directory is what `osmosis eval run` writes (`osmosis.eval.run_dir`); this module only
+A run directory is what `osmosis eval run` writes (`osmosis.eval.host.run_dir`); this module only
 reads it, and copes with one being written right now:
 
 - status: `running` while `eval run` holds the run's lock (`<root>/.locks/<name>.lock`,
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from osmosis.eval.metrics import summarize
+from osmosis.eval.results.metrics import summarize
 from osmosis.platform.web.samples_index import JOURNAL, DatasetFile, IndexCache, SampleIndex
 from osmosis.platform.web.session import Viewer
 from osmosis.platform.web.source import (

@@ -21,13 +21,12 @@ from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from osmosis.eval.metrics import summarize
-from osmosis.platform import datasets, runs, secrets
-from osmosis.platform.db.dataset_models import DatasetVersion
-from osmosis.platform.db.run_models import RUN_STATUSES, EvalAttempt, EvalRun
-from osmosis.platform.run_views import detail_public
-from osmosis.platform.schemas.runs import EvalRunDetail, EvalRunSummary
-from osmosis.platform.settings import Settings
+from osmosis.eval.results.metrics import summarize
+from osmosis.platform.core.db.dataset_models import DatasetVersion
+from osmosis.platform.core.db.run_models import RUN_STATUSES, EvalAttempt, EvalRun
+from osmosis.platform.core.settings import Settings
+from osmosis.platform.services import datasets, runs, secrets
+from osmosis.platform.services.run_views import detail_public
 from osmosis.platform.web import run_queries
 from osmosis.platform.web.samples_index import DatasetFile, IndexCache, SampleIndex
 from osmosis.platform.web.session import Viewer, page_viewer
@@ -39,6 +38,7 @@ from osmosis.platform.web.source import (
     RunView,
     Tally,
 )
+from osmosis.wire.runs import EvalRunDetail, EvalRunSummary
 
 
 class PlatformSource:

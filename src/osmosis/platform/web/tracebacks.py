@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmosis.platform.run_files import LOG_FILE, regular_file_within
+from osmosis.platform.services.run_files import LOG_FILE, regular_file_within
 
 MAX_LINES = 200
 MAX_CHARS = 20_000

@@ -1,0 +1,307 @@
+"""Planning a local `osmosis eval run`: every check that can fail, before anything is written.
+
+    plan = plan_local_run(Path("configs/eval/multiply.toml"), LocalRunOptions())
+
+A bad config, dataset, row spec or secrets file raises `PlanError` naming every problem, and
+no run directory exists afterwards. The plan carries the resolved inputs that lock a resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from osmosis._version import __version__
+from osmosis.eval.inputs.config import (
+    ConfigError,
+    EvalConfig,
+    check_config_location,
+    load_eval_config,
+)
+from osmosis.eval.inputs.dataset import (
+    DatasetError,
+    DatasetInfo,
+    RowSpecError,
+    Selection,
+    select_rows,
+    validate_dataset,
+)
+from osmosis.eval.inputs.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
+from osmosis.eval.results.trial_outputs import ArtifactLimits
+from osmosis.eval.sites.environment import source_bytes
+from osmosis.rollout.types import PROTOCOL_VERSION
+
+DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
+_SKIPPED_SOURCE_DIRS = {".venv", "__pycache__", ".osmosis", ".git", ".pytest_cache", ".mypy_cache"}
+
+
+class PlanError(Exception):
+    """The run cannot start. The message names every problem; `details` is for JSON output."""
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None, hint: str = ""):
+        super().__init__(message)
+        self.details = dict(details or {})
+        self.hint = hint
+
+
+class DatasetNotFound(PlanError):
+    """No `--dataset-file` and no `data/<dataset>.*`: the CLI may fetch the platform's."""
+
+
+@dataclass(frozen=True)
+class LocalRunOptions:
+    """The `eval run` flags that shape a run."""
+
+    name: str | None = None
+    output: Path | None = None
+    dataset_file: Path | None = None
+    secrets_file: Path | None = None
+    rows: str | None = None
+    fresh: bool = False
+    retry_failed: bool = False
+    max_in_flight: int | None = None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    env_cache: Path | None = None
+    """Where rollout venvs are cached; default `<workspace>/.osmosis/envs`. The platform
+    points every run's checkout at one shared cache."""
+    replicas: int | None = 1
+    """Rollout servers started for the run (recorded in the manifest's provenance; a resume
+    may use another number). None, with the Ray executor: one per alive node."""
+    bridge_host: str = "127.0.0.1"
+    """Where the model bridge listens (loopback unless rollouts run elsewhere)."""
+    bridge_url: str | None = None
+    """The bridge's root URL as rollouts reach it, when not the address it binds."""
+    outage_wait_s: float | None = None
+    """How long a provider outage may last before the run halts; None: the engine's default."""
+    stall_after_s: float | None = None
+    """Seconds of provider silence (calls waiting) before the bridge suspects an outage;
+    None: the bridge's default."""
+    artifact_limits: ArtifactLimits | None = None
+    """What of each attempt's artifacts is copied; None: `DEFAULT_ARTIFACT_LIMITS`."""
+    executor: str = "local"
+    """Where the rollout servers run: `local` (this machine) or `ray` (a Ray cluster)."""
+    ray_address: str | None = None
+    """The Ray cluster to use (`host:port`); None: `RAY_ADDRESS`, else the one running here."""
+    max_replicas: int | None = None
+    """With Ray, at most this many rollout servers (the platform's per-run fairness cap)."""
+    sample_fraction: float | None = None
+    """Rows run when neither `limit` nor `--rows` says: None, every row (the reference's local
+    `eval run`); the platform worker passes `SAMPLE_FRACTION`, its random 10 % sample."""
+    dataset_origin: str = "explicit"
+    """How `dataset_file` was found, as the plan shows it: explicit (--dataset-file), cache or
+    download (the platform dataset, fetched by the CLI)."""
+
+
+@dataclass(frozen=True)
+class LocalRunPlan:
+    """Everything a local run needs, validated."""
+
+    config_path: Path
+    workspace: Path
+    config: EvalConfig
+    dataset: DatasetInfo
+    dataset_source: str
+    selection: Selection
+    secrets: ResolvedSecrets
+    run_dir: Path
+    rollout_dir: Path
+    entrypoint: Path
+    source_digest: str
+    options: LocalRunOptions
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def n(self) -> int:
+        return self.config.evaluation.n
+
+    @property
+    def total_work_items(self) -> int:
+        return len(self.selection) * self.n
+
+    def inputs(self) -> dict[str, Any]:
+        """The resolved inputs: any change refuses a resume (§7 of the reference)."""
+        evaluation = self.config.evaluation
+        return {
+            "model_path": self.config.experiment.model_path,
+            "dataset": {
+                "sha256": self.dataset.sha256,
+                "selected_source_rows": _selection_digest(self.selection),
+            },
+            "n": evaluation.n,
+            "pass_threshold": evaluation.pass_threshold,
+            "rollout": {
+                "name": self.config.experiment.rollout,
+                "entrypoint": self.config.experiment.entrypoint,
+                "source_digest": self.source_digest,
+            },
+            "env": dict(sorted(self.config.env.items())),
+            "secrets": sorted(self.secrets.values),
+            "timeouts": {
+                "agent_workflow_timeout_s": evaluation.agent_workflow_timeout_s,
+                "grader_timeout_s": evaluation.grader_timeout_s,
+            },
+            "versions": {
+                "rollout_protocol": PROTOCOL_VERSION,
+                "dataset_normalization": 1,
+                "state_schema": 1,
+            },
+        }
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "sdk_version": __version__,
+            "config_path": str(self.config_path),
+            "dataset_path": str(self.dataset.path),
+            "dataset_source": self.dataset_source,
+            "selection": {
+                "method": self.selection.method,
+                "seed": self.selection.seed,
+                "rows": self.options.rows,
+                "limit": self.config.evaluation.limit,
+                "count": len(self.selection),
+                "total_rows": self.selection.total_rows,
+            },
+            "config_branch": self.config.experiment.branch,
+            "config_commit_sha": self.config.experiment.commit_sha,
+            "advanced": self.config.advanced,
+            "replicas": self.options.replicas,
+            "executor": self.options.executor,
+        }
+
+
+def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
+    """Validate everything; raise `PlanError` (with every problem) or return the plan."""
+    config_path = config_path.resolve()
+    try:
+        workspace = check_config_location(config_path)
+        config = load_eval_config(config_path, workspace_root=workspace)
+    except ConfigError as error:  # also a config outside configs/eval/ or not .toml
+        raise PlanError(str(error), details=error.details()) from None
+
+    rollout_dir = config.rollout_dir(workspace)
+    entrypoint = config.entrypoint_path(workspace)
+    if not entrypoint.is_file():
+        raise PlanError(
+            f"entrypoint {entrypoint.relative_to(workspace)} does not exist",
+            details={"rollout": config.experiment.rollout, "entrypoint": str(entrypoint)},
+            hint=f"create it, or fix experiment.entrypoint in {config_path.name}",
+        )
+
+    dataset_path, source = _find_dataset(config, workspace, options)
+    try:
+        dataset = validate_dataset(dataset_path)
+    except DatasetError as error:
+        raise PlanError(str(error), details={"dataset": str(dataset_path)}) from None
+
+    output_root = options.output or workspace / ".osmosis" / "evals"
+    name = options.name or f"{config_path.stem}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    if not name or "/" in name or name.startswith("."):
+        raise PlanError(f"invalid run name {name!r}: use letters, digits, '-', '_' and '.'")
+    run_dir = output_root / name
+
+    try:
+        selection = select_rows(
+            dataset.rows,
+            limit=config.evaluation.limit,
+            rows=options.rows,
+            seed=_recorded_seed(run_dir) if not options.fresh else None,
+            fraction=options.sample_fraction,
+        )
+    except RowSpecError as error:
+        raise PlanError(f"--rows: {error}", details={"rows": options.rows}) from None
+
+    try:
+        file_values = read_dotenv(options.secrets_file) if options.secrets_file else {}
+        secrets = resolve_secrets(
+            config.secrets.required, file_values=file_values, environ=options.environ
+        )
+    except SecretsError as error:
+        raise PlanError(
+            str(error), details={"missing": error.missing, "problems": error.problems}
+        ) from None
+
+    return LocalRunPlan(
+        config_path=config_path,
+        workspace=workspace,
+        config=config,
+        dataset=dataset,
+        dataset_source=source,
+        selection=selection,
+        secrets=secrets,
+        run_dir=run_dir,
+        rollout_dir=rollout_dir,
+        entrypoint=entrypoint,
+        source_digest=source_digest(rollout_dir),
+        options=options,
+    )
+
+
+def _find_dataset(
+    config: EvalConfig, workspace: Path, options: LocalRunOptions
+) -> tuple[Path, str]:
+    dataset_file = options.dataset_file
+    if dataset_file is not None:
+        if not dataset_file.is_file():
+            raise PlanError(f"--dataset-file {dataset_file} does not exist")
+        return dataset_file.resolve(), options.dataset_origin
+    name = config.experiment.dataset
+    candidates = [workspace / "data" / f"{name}{suffix}" for suffix in DATASET_SUFFIXES]
+    found = [path for path in candidates if path.is_file()]
+    if len(found) == 1:
+        return found[0], "workspace"
+    if len(found) > 1:
+        listed = ", ".join(str(p.relative_to(workspace)) for p in found)
+        raise PlanError(
+            f"dataset '{name}' is ambiguous: {listed}", hint="pass one with --dataset-file"
+        )
+    raise DatasetNotFound(
+        f"dataset '{name}' not found: no data/{name}.jsonl, .csv or .parquet in the workspace",
+        details={"dataset": name},
+        hint="pass a local file with --dataset-file, or log in to a platform that holds "
+        f"dataset {name} (eval run then downloads and caches it)",
+    )
+
+
+def _recorded_seed(run_dir: Path) -> int | None:
+    """A resumed run keeps the random sample it started with."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        seed = manifest["provenance"]["selection"]["seed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seed if isinstance(seed, int) else None
+
+
+def _selection_digest(selection: Selection) -> str:
+    digest = hashlib.sha256()
+    for row in selection.rows:
+        digest.update(row.to_bytes(8, "little"))
+    return f"{len(selection)}:{digest.hexdigest()[:32]}"
+
+
+def source_digest(rollout_dir: Path) -> str:
+    """SHA-256 over the rollout's source files (paths and bytes), ignoring caches and venvs."""
+    digest = hashlib.sha256()
+    for path in sorted(_source_files(rollout_dir)):
+        digest.update(str(path.relative_to(rollout_dir)).encode() + b"\0")
+        digest.update(source_bytes(path) + b"\0")  # never through a link
+    return digest.hexdigest()
+
+
+def _source_files(root: Path) -> Sequence[Path]:
+    files: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_SOURCE_DIRS]
+        files += [Path(dirpath) / f for f in filenames if not f.endswith((".pyc", ".pyo"))]
+        # A link to a directory is not walked into, but it is part of the sources.
+        files += [Path(dirpath) / d for d in dirnames if os.path.islink(Path(dirpath) / d)]
+    return files

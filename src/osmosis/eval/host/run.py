@@ -1,0 +1,551 @@
+"""Hosting the engine for `osmosis eval run` (and the platform worker): a run directory,
+the local-process site, a bridge.
+
+    plan = plan_local_run(config_path, options)
+    report = await run_local(plan, reporter)
+
+Stages: open (or resume) the run directory → sync the rollout environment (in a thread: Ctrl-C
+and `eval stop` are honoured while uv works) → start the local model when asked → start the
+bridge and check the model → start `replicas` rollout servers → dispatch what is pending →
+write index, metrics and progress. Every child process is stopped on the way out, also on
+Ctrl-C; a SIGKILL of this process kills the rollout servers with it. What cannot start is a
+typed `HostError` (see `osmosis.eval.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from osmosis.eval.engine import (
+    DEFAULT_OUTAGE_WAIT_SEC,
+    Engine,
+    EngineOutcome,
+    EngineSettings,
+    WorkItem,
+)
+from osmosis.eval.errors import HostError
+from osmosis.eval.host.plan import LocalRunPlan
+from osmosis.eval.host.run_dir import RunDirectory, Slots, redact_record
+from osmosis.eval.inputs.dataset import read_rows
+from osmosis.eval.results.metrics import summarize
+from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.redact import Redactor, sensitive_env_values
+from osmosis.eval.results.trial_outputs import DEFAULT_ARTIFACT_LIMITS
+
+if TYPE_CHECKING:
+    from osmosis.eval.sites.local import LocalProcessSite
+    from osmosis.eval.sites.ray.site import RaySite
+    from osmosis.eval.sites.sandbox import SandboxPolicy
+
+
+class Reporter(Protocol):
+    """What the CLI shows while a run goes on."""
+
+    def stage(self, message: str) -> None: ...
+
+    def start_progress(self, total: int, done: int, *, pass_threshold: float) -> None: ...
+
+    def advance(self, record: AttemptRecord) -> None: ...
+
+    def log_line(self, line: str) -> None: ...
+
+
+@dataclass
+class LocalRunReport:
+    """The outcome of `eval run`, as the results table and the JSON envelope show it."""
+
+    run_name: str
+    local_run_id: str
+    output_path: Path
+    status: str  # finished | incomplete
+    total_work_items: int
+    dispatched: int = 0
+    resumed: int = 0
+    halted: str | None = None
+    interrupted: bool = False
+    duration_ms: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    failed_rows: list[dict[str, Any]] = field(default_factory=list)
+    nothing_to_do: bool = False
+
+
+class RunFailed(HostError):
+    """The run could not start (the model, its pre-flight, the bridge)."""
+
+
+async def run_local(
+    plan: LocalRunPlan,
+    reporter: Reporter,
+    *,
+    sandbox: SandboxPolicy | None = None,
+    base_env: Mapping[str, str] | None = None,
+    hidden: Sequence[Path] = (),
+) -> LocalRunReport:
+    """Run (or resume) the planned evaluation to completion or to a halt.
+
+    `sandbox`: run the rollout servers under bubblewrap (`osmosis.eval.sites.sandbox.site`), with
+    `hidden` paths masked inside; None: plain child processes. `base_env`: the environment the
+    rollout starts from (None: this process's, minus osmosis' and provider variables).
+    """
+    started = time.monotonic()
+    bridge_token = secrets.token_hex(16)  # made here so the redactor knows it from the start
+    redactor = _redactor(plan, bridge_token)
+    slots = Slots(rows=len(plan.selection), n=plan.n)
+    run = RunDirectory.open(
+        plan.run_dir,
+        slots=slots,
+        inputs=plan.inputs(),
+        provenance=plan.provenance(),
+        fresh=plan.options.fresh,
+        redactor=redactor,
+        artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
+    )
+    with run:
+        # Duration is active time: a resumed run adds this invocation to the earlier ones'
+        # (their metrics.json), and its start stays the first one (manifest `created_at`).
+        earlier_ms = _earlier_active_ms(plan.run_dir)
+
+        def active_ms() -> float:
+            return round(earlier_ms + (time.monotonic() - started) * 1000, 3)
+
+        # A resume may use another number of servers, or another sandbox.
+        run.note_provenance(
+            replicas=plan.options.replicas,
+            sandbox=sandbox.network if sandbox else "off",
+            executor=plan.options.executor,
+        )
+        for warning in plan.secrets.warnings:
+            run.log(f"warning: {warning}")
+            reporter.stage(f"warning: {warning}")
+        run.write_progress(
+            {
+                "total_runs": plan.total_work_items,
+                "sampled_rows": len(plan.selection),
+                "total_dataset_rows": plan.selection.total_rows,
+            }
+        )
+        pending = _count_pending(run, plan)
+        report = LocalRunReport(
+            run_name=plan.name,
+            local_run_id=str(run.manifest["local_run_id"]),
+            output_path=plan.run_dir,
+            status="finished",
+            total_work_items=plan.total_work_items,
+            resumed=plan.total_work_items - pending,
+        )
+        reporter.stage(f"{plan.name}: {pending} of {plan.total_work_items} work items pending")
+        run.log(f"run {plan.name}: {pending} of {plan.total_work_items} work items pending")
+        if pending == 0:
+            report.nothing_to_do = True
+        else:
+            try:
+                outcome = await _dispatch(
+                    plan,
+                    run,
+                    redactor,
+                    reporter,
+                    pending,
+                    bridge_token,
+                    _SiteChoice(sandbox, base_env, tuple(hidden)),
+                )
+            except asyncio.CancelledError:
+                # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
+                report.interrupted = True
+                report.duration_ms = active_ms()
+                _finish(plan, run, report)
+                run.log("interrupted; run again with the same --name to resume")
+                raise
+            report.dispatched = outcome.dispatched
+            report.halted = outcome.halted
+            report.interrupted = outcome.interrupted
+        report.duration_ms = active_ms()
+        _finish(plan, run, report)
+    return report
+
+
+async def _dispatch(
+    plan: LocalRunPlan,
+    run: RunDirectory,
+    redactor: Redactor,
+    reporter: Reporter,
+    pending: int,
+    bridge_token: str,
+    choice: _SiteChoice,
+) -> EngineOutcome:
+    # Imported here: each pulls in a server stack the planning half never needs.
+    from osmosis.eval.sites.environment import prepare_environment_async
+
+    evaluation = plan.config.evaluation
+    log = _tee(run, reporter)
+    cache_root = plan.options.env_cache or plan.workspace / ".osmosis" / "envs"
+    on_ray = plan.options.executor == "ray"
+    if on_ray and choice.sandbox is not None:
+        raise RunFailed(
+            "the rollout sandbox runs rollout servers on this machine; it does not apply to "
+            "the Ray executor",
+            hint="drop --sandbox, or run with the local executor",
+        )
+    # On Ray each node prepares the rollout's environment itself.
+    environment = (
+        None
+        if on_ray
+        else await prepare_environment_async(plan.rollout_dir, cache_root=cache_root, log=log)
+    )
+    replicas = plan.options.replicas
+    async with contextlib.AsyncExitStack() as stack:
+        bridge = await stack.enter_async_context(_policy(plan, redactor, log, bridge_token))
+        servers = (
+            "one rollout server per Ray node"
+            if replicas is None
+            else "rollout server"
+            if replicas == 1
+            else f"{replicas} rollout servers"
+        )
+        reporter.stage(f"starting {servers} ({plan.config.experiment.entrypoint})")
+        site: LocalProcessSite | RaySite
+        if on_ray:
+            site = _ray_site(plan, bridge, run, reporter, redactor, choice)
+            stack.push_async_callback(site.stop)
+            await site.start(replicas)
+        else:
+            site = _site(plan, environment, bridge, run, reporter, redactor, choice)
+            stack.push_async_callback(site.stop)
+            await site.start(replicas or 1)
+        endpoints = site.endpoints
+        replicas = len(endpoints)
+        run.note_provenance(replicas=replicas)  # Ray's default is only known now
+        servers = "rollout server" if replicas == 1 else f"{replicas} rollout servers"
+        for endpoint in endpoints:
+            run.log(f"rollout server {endpoint.name} healthy at {endpoint.base_url}")
+        reporter.stage(f"{servers} healthy: {', '.join(e.base_url for e in endpoints)}")
+        capacities = [endpoint.capacity for endpoint in endpoints]
+        capacity = sum(c for c in capacities if c) if all(capacities) else None
+        wanted = plan.options.max_in_flight or evaluation.batch_size or capacity or replicas
+        concurrency = min(wanted, capacity) if capacity else wanted
+        if concurrency < wanted:
+            # Said, not silent: more would only wait in the servers' queues, where each
+            # attempt's agent deadline already runs (it counts from submission).
+            asked = "--max-in-flight" if plan.options.max_in_flight else "batch_size"
+            note = (
+                f"{asked} {wanted} is above the rollout servers' capacity of {capacity} "
+                f"(/health max_concurrent); running {concurrency} in flight"
+            )
+            reporter.stage(note)
+            run.log(note)
+        reporter.stage(f"running {pending} work items, up to {concurrency} in flight")
+        run.log(f"dispatching {pending} work items with concurrency {concurrency}")
+        reporter.start_progress(
+            plan.total_work_items,
+            plan.total_work_items - pending,
+            pass_threshold=evaluation.pass_threshold,
+        )
+        engine = Engine(
+            site=site,
+            bridge=bridge,
+            sink=run,
+            settings=EngineSettings(
+                concurrency=concurrency,
+                agent_timeout_sec=evaluation.agent_workflow_timeout_s,
+                grader_timeout_sec=evaluation.grader_timeout_s,
+                outage_wait_sec=plan.options.outage_wait_s or DEFAULT_OUTAGE_WAIT_SEC,
+                verdict_wait_sec=_verdict_wait(plan.options.stall_after_s),
+            ),
+            # What the reporter (the platform's database) sees is redacted as the journal is.
+            on_record=lambda record: reporter.advance(redact_record(record, redactor.redact)),
+        )
+        return await engine.run(_work_items(plan, run))
+    raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
+
+
+@contextlib.asynccontextmanager
+async def _policy(
+    plan: LocalRunPlan, redactor: Redactor, log: Callable[[str], None], token: str
+) -> AsyncIterator[Any]:
+    """The bridge to the run's model (starting the local model first when asked), checked by
+    a pre-flight probe before anything is dispatched."""
+    from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
+    from osmosis.eval.model.local_model import LocalModelError, LocalModelServer, is_local_model
+    from osmosis.eval.model.preflight import ModelPreflightError, preflight
+    from osmosis.eval.model.providers import ModelResolutionError, ModelTarget, resolve_model
+
+    model_path = plan.config.experiment.model_path
+    environ = {**plan.options.environ, **plan.config.env, **plan.secrets.values}
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            if is_local_model(model_path):
+                log(f"starting local model {model_path}")
+                # llama.cpp threads spin-wait: leave a core to the engine and the rollout.
+                server = LocalModelServer.for_model(model_path, n_threads=_model_threads())
+                await stack.enter_async_context(server)
+                target = ModelTarget(
+                    kind="openai-compatible",
+                    model=server.model,
+                    api_base=server.base_url,
+                    api_key=server.api_key,
+                    model_path=model_path,
+                )
+            else:
+                target = resolve_model(model_path, environ)
+        except (LocalModelError, ModelResolutionError) as error:
+            raise RunFailed(str(error), hint="nothing was dispatched") from None
+        log(f"checking model {model_path}")
+        try:
+            await preflight(target, redact=redactor.redact)
+        except ModelPreflightError as error:
+            raise RunFailed(
+                f"model pre-flight failed for {model_path}: {redactor.redact(str(error))}",
+                code="VALIDATION",
+                hint="nothing was dispatched; fix the model settings and run again",
+            ) from None
+        stall = plan.options.stall_after_s
+        bridge = ModelBridge(
+            target=target,
+            token=token,
+            redact=redactor.redact,
+            advertise_url=plan.options.bridge_url,
+            # A shorter stall window probes sooner and waits less for each probe's answer.
+            outage_policy=OutagePolicy(
+                stall_after_s=stall,
+                probe_timeout_s=min(10.0, stall),
+                probe_first_s=min(1.0, stall / 2),
+                probe_max_s=min(30.0, max(1.0, 5 * stall)),
+            )
+            if stall is not None
+            else OutagePolicy(),
+        )
+        try:
+            await bridge.start(host=plan.options.bridge_host)
+        except OSError as error:
+            raise RunFailed(
+                f"the model bridge cannot listen on {plan.options.bridge_host}: {error}",
+                hint="choose another --bridge-host (or OSMOSIS_BRIDGE_HOST)",
+            ) from None
+        stack.push_async_callback(bridge.stop)
+        yield bridge
+
+
+@dataclass(frozen=True)
+class _SiteChoice:
+    sandbox: SandboxPolicy | None
+    base_env: Mapping[str, str] | None
+    hidden: tuple[Path, ...]
+
+
+def _site(
+    plan: LocalRunPlan,
+    environment: Any,
+    bridge: Any,
+    run: RunDirectory,
+    reporter: Reporter,
+    redactor: Redactor,
+    choice: _SiteChoice,
+) -> LocalProcessSite:
+    """The local-process site, or the sandbox site when the host asks for one."""
+    from osmosis.eval.sites.local import LocalProcessSite
+
+    common: dict[str, Any] = {
+        "env": {**plan.config.env, **plan.secrets.values},
+        "trials_root": plan.run_dir / "rollout_trials",
+        "log": _rollout_log(run, reporter),
+        "redactor": redactor,
+        "base_env": choice.base_env,
+    }
+    if choice.sandbox is None:
+        return LocalProcessSite(environment, plan.rollout_dir, plan.entrypoint, **common)
+    from urllib.parse import urlsplit
+
+    from osmosis.client import is_loopback
+    from osmosis.eval.sites.sandbox.site import SandboxSite
+
+    if not is_loopback(urlsplit(bridge.base_url).hostname or ""):
+        raise RunFailed(
+            f"a sandboxed rollout reaches the model bridge on its own loopback only, not at "
+            f"{bridge.base_url}",
+            hint="leave --bridge-url / OSMOSIS_BRIDGE_URL unset for sandboxed runs",
+        )
+    bound = urlsplit(bridge.bound_url)
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bound.hostname or "", bound.hostname)
+    return SandboxSite(
+        environment,
+        plan.rollout_dir,
+        plan.entrypoint,
+        policy=choice.sandbox,
+        workspace=plan.workspace,
+        bridge_url=bridge.base_url,
+        bridge_address=(host or "127.0.0.1", int(bound.port or 0)),
+        # A local workspace keeps other runs and environments there.
+        hidden=(plan.workspace / ".osmosis", *choice.hidden),
+        **common,
+    )
+
+
+def _ray_site(
+    plan: LocalRunPlan,
+    bridge: Any,
+    run: RunDirectory,
+    reporter: Reporter,
+    redactor: Redactor,
+    choice: _SiteChoice,
+) -> RaySite:
+    """Rollout servers as actors on a Ray cluster (`osmosis.eval.sites.ray.site`): the
+    checkout goes to every node, the trials come back through the site."""
+    from osmosis.eval.sites.ray.site import RaySite
+
+    return RaySite(
+        address=plan.options.ray_address,
+        workspace=plan.workspace,
+        rollout_dir=plan.rollout_dir,
+        entrypoint=plan.config.experiment.entrypoint,
+        env={**plan.config.env, **plan.secrets.values},
+        trials_root=plan.run_dir / "rollout_trials",
+        log=_rollout_log(run, reporter),
+        redactor=redactor,
+        artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
+        bridge_url=bridge.base_url,
+        clean_env=choice.base_env is not None,  # the platform: nothing of the operator's
+        max_replicas=plan.options.max_replicas,
+    )
+
+
+def _work_items(plan: LocalRunPlan, run: RunDirectory) -> Iterator[WorkItem]:
+    """Pending attempts, streamed from the dataset: memory follows concurrency, not rows."""
+    for row in read_rows(plan.dataset.path, plan.selection):
+        for run_index in range(plan.n):
+            if _is_pending(run, plan, row.row_index, run_index):
+                yield WorkItem(
+                    row_index=row.row_index,
+                    run_index=run_index,
+                    source_row_index=row.source_row_index,
+                    messages=row.messages,
+                    label=row.label,
+                    metadata=row.metadata,
+                )
+
+
+def _is_pending(run: RunDirectory, plan: LocalRunPlan, row_index: int, run_index: int) -> bool:
+    status = run.status_of(row_index, run_index)
+    if status is None:
+        return True
+    return plan.options.retry_failed and status in ("failed", "skipped")
+
+
+def _count_pending(run: RunDirectory, plan: LocalRunPlan) -> int:
+    return sum(
+        1
+        for row_index in range(len(plan.selection))
+        for run_index in range(plan.n)
+        if _is_pending(run, plan, row_index, run_index)
+    )
+
+
+def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> None:
+    """Recompute everything from the journal and write the output files."""
+    evaluation = plan.config.evaluation
+    failed: list[AttemptRecord] = []
+
+    def noting_failures(records: Iterable[AttemptRecord]) -> Iterator[AttemptRecord]:
+        # One pass over the journal feeds the metrics and collects the failed rows.
+        for record in records:
+            if record.status == "failed":
+                failed.append(record)
+            yield record
+
+    summary = summarize(noting_failures(run.records()), evaluation.pass_threshold)
+    complete = run.recorded_count() == plan.total_work_items
+    report.status = "finished" if complete else "incomplete"
+    report.metrics = summary
+    report.failed_rows = [
+        {
+            "row_index": record.row_index,
+            "source_row_index": record.source_row_index,
+            "run_index": record.run_index,
+            "rollout_id": record.rollout_id,
+            "error_type": record.error_type,
+            "rollout_dir": str(plan.run_dir / "rollout_trials" / record.rollout_id),
+        }
+        for record in failed
+    ]
+    now = datetime.now(UTC).isoformat(timespec="milliseconds")
+    run.write_outputs(
+        status=report.status,
+        summary=summary,
+        eval_run={
+            "id": report.local_run_id,
+            "name": plan.name,
+            "dataset_name": plan.dataset.name,
+            "model_name": plan.config.experiment.model_path,
+            "rollout_name": plan.config.experiment.rollout,
+            "replicas": run.manifest.get("provenance", {}).get("replicas", plan.options.replicas),
+            "duration_ms": report.duration_ms,
+            "started_at": run.manifest.get("created_at"),
+            "completed_at": now if complete else None,
+        },
+    )
+    if report.halted:
+        run.log(f"run incomplete: {report.halted}")
+
+
+def _earlier_active_ms(run_dir: Path) -> float:
+    """The active time of this run's earlier invocations, as their metrics.json says."""
+    try:
+        value = json.loads((run_dir / "metrics.json").read_text())["eval_run"]["duration_ms"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
+def _redactor(plan: LocalRunPlan, bridge_token: str) -> Redactor:
+    """Secret values, the bridge token, and env values that look like credentials."""
+    environ = {**plan.options.environ, **plan.config.env}
+    values = [*plan.secrets.values.values(), *sensitive_env_values(environ), bridge_token]
+    return Redactor(values)
+
+
+def _verdict_wait(stall_after_s: float | None) -> float:
+    """How long a failed attempt whose model call still hangs waits for the bridge's verdict:
+    longer than the bridge needs to declare a stall (its silence window plus a probe)."""
+    from osmosis.eval.model.bridge import OutagePolicy
+
+    default = OutagePolicy()
+    stall = default.stall_after_s if stall_after_s is None else stall_after_s
+    return max(120.0, stall + default.probe_timeout_s + 30.0)
+
+
+def _model_threads() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - 1)
+
+
+def _rollout_log(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
+    from osmosis.rollout.access_log import is_protocol_access_line
+
+    def log(line: str) -> None:
+        # uvicorn's access lines for the protocol's polling would bury the rollout's own
+        # output in logs.txt (osmosis-ai rollouts print them; ours filter them already).
+        if is_protocol_access_line(line):
+            return
+        run.log(line)
+        reporter.log_line(line)  # shown with --verbose only
+
+    return log
+
+
+def _tee(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
+    def log(line: str) -> None:
+        run.log(line)
+        reporter.stage(line)
+
+    return log
+
+
+__all__ = ["LocalRunReport", "Reporter", "RunFailed", "run_local"]

@@ -1,0 +1,622 @@
+"""The model bridge: the only way a rollout reaches the policy model.
+
+One bridge serves one evaluation run, inside the engine's event loop, on loopback unless the
+host binds it wider (`start(host=...)`) and advertises the URL other machines use
+(`advertise_url`). Each attempt gets a rollout-scoped OpenAI base URL
+(`bridge.rollout_url(rollout_id)`) and the run's bearer token (`bridge.token`); any
+OpenAI-speaking client or agent framework works with them.
+The bridge pins the run's model, holds the provider credentials, refuses credential and
+transport overrides (`osmosis.eval.model.bridge_rules`), counts tokens and cost per rollout, records
+every call for the trajectory, and retries provider faults (`osmosis.eval.model.retry`).
+
+    async with ModelBridge(target=resolve_model("openai/gpt-4o-mini", env)) as bridge:
+        url = bridge.rollout_url(rollout_id)        # give to the rollout with bridge.token
+        ...
+        calls = bridge.take_calls(rollout_id)        # for the trajectory
+        usage = bridge.usage(rollout_id)             # tokens and USD for the attempt record
+        if bridge.outage.is_set():                   # pause dispatch, requeue the stuck
+            bridge.stuck_rollouts()                   # rollouts, then forget them
+            await bridge.wait_recovered(300)          # the bridge probes by itself
+
+Route: `POST /v1/rollouts/{rollout_id}/chat/completions` (clients append `/chat/completions`
+to the rollout URL). `stream=true` is emulated: the provider is called without streaming and
+the finished completion is replayed as SSE (`osmosis.eval.model.bridge_wire`), with keep-alive
+comments while a slow provider works.
+
+Provider outages (`osmosis.eval.model.bridge_outage`): `bridge.outage` is set, with
+`bridge.outage_reason`, when a retryable fault (429, 5xx, no connection, timeout) outlasts the
+`RetryPolicy`, when calls in a row time out, or when the provider stops answering altogether
+(calls waiting, no answer for `OutagePolicy.stall_after_s`, and a probe unanswered too). The
+engine then pauses dispatch instead of recording failures. While declared, every new call gets
+503 at once and calls waiting between retries stop waiting; calls stuck inside the provider
+stay until the engine forgets their rollout (`forget` releases them with a 503). The bridge
+probes the provider with a one-token completion (backoff, capped) and clears the outage on
+the first success; a stuck call that finally succeeds does not clear it, because one lucky
+call says little about a provider that just stopped for a minute. `clear_outage()` is the
+engine's override.
+
+The probe is a one-token chat completion, not `GET /models`: it goes through the very path
+rollouts use (transport, credentials, model name, LiteLLM translation), it is the one request
+every provider supports, and an inference server whose engine is wedged often still lists
+its models. It costs a few prompt tokens per probe, at most one every `probe_max_s`.
+
+Served by `osmosis.eval.model.bridge_http` (the httptools parser, one bare ASGI callable, each
+answer written in one system call): one route needs no framework, and the bridge's own
+overhead stays far below the provider transport's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import pydantic_core
+
+from osmosis.eval.model.bridge_calls import CallLog, CallRecord, Usage
+from osmosis.eval.model.bridge_http import AsgiServer
+from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
+from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
+from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
+from osmosis.eval.model.pricing import price_for
+from osmosis.eval.model.provider_openai import is_loopback
+from osmosis.eval.model.providers import (
+    Completion,
+    ModelTarget,
+    ProviderError,
+    Transport,
+    open_transport,
+)
+from osmosis.eval.model.retry import RetriesExhausted, RetryPolicy, call_with_retries
+
+__all__ = ["CallRecord", "ModelBridge", "OutagePolicy", "Usage"]
+
+logger = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_PREFIX = "/v1/rollouts/"
+_SUFFIX = "/chat/completions"
+_MAX_BODY = 64 * 1024 * 1024
+_REDACTED = "[REDACTED]"
+_GRACEFUL_STOP = 3
+_UNAVAILABLE = "provider_unavailable"
+_PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What the provider side produced for one request."""
+
+    status: int
+    completion: Completion | None = None
+    error: str | None = None
+    code: str | None = None
+    attempts: int = 0
+    released: bool = False
+    """The engine forgot the rollout while this call waited: nothing is recorded."""
+
+
+class ModelBridge:
+    """A rollout-scoped OpenAI endpoint in front of the run's model.
+
+    Args:
+        target: the run's model (`resolve_model(...)` or a `ModelTarget`).
+        token: the bearer token rollouts must send; a fresh random one by default.
+        retry: how provider faults are retried before the bridge gives up (and declares an
+            outage).
+        redact: applied to every error text the bridge writes or records, after the
+            target's own credentials are blanked.
+        heartbeat: seconds between keep-alive comments on a stream still waiting for the
+            provider.
+        outage_policy: when the provider counts as down and how it is probed back
+            (`OutagePolicy`; see the module doc).
+        advertise_url: the root URL rollouts use to reach the bridge when that is not the
+            address it listens on (another machine, a proxy): `http://10.0.0.5:8321`. A
+            trailing `/v1` is accepted; without a port, the bound port is used.
+
+        bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
+        await bridge.start()
+        ...
+        await bridge.stop()
+    """
+
+    def __init__(
+        self,
+        *,
+        target: ModelTarget,
+        token: str | None = None,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so sharing it is safe
+        redact: Callable[[str], str] | None = None,
+        heartbeat: float = 10.0,
+        outage_policy: OutagePolicy = OutagePolicy(),  # noqa: B008 - frozen, like retry
+        advertise_url: str | None = None,
+    ) -> None:
+        self.target = target
+        self.token = token if token is not None else secrets.token_hex(16)
+        if not self.token:
+            raise ValueError("the bridge token must not be empty")
+        self.retry = retry
+        self.heartbeat = heartbeat
+        self.advertise_url = advertise_url
+        self._advertised = _advertised_root(advertise_url) if advertise_url else None
+        self._watch = ProviderWatch(outage_policy, self._probe, scrub=self.scrub)
+        self.outage = self._watch.outage
+        """Set while the provider is declared down; see the module doc."""
+        self._redact = redact
+        self._token_bytes = self.token.encode()
+        self._secrets = tuple(s for s in (*target.secrets(), self.token) if s)
+        self._log = CallLog(target.model_path)
+        self._transport: Transport | None = None
+        self._server: AsgiServer | None = None
+        self._base_url: str | None = None
+        self._bound_url: str | None = None
+        self._pending: set[asyncio.Task[_Outcome]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
+        """Open the provider transport and listen on `host:port` (0: a free port).
+
+        Returns once connections are accepted; `base_url` then holds the real port. A host
+        beyond loopback (`0.0.0.0`, a LAN address) is allowed, with a warning: the run's token
+        guards every call, but the traffic is plain HTTP.
+        """
+        if self._server is not None:
+            raise RuntimeError("the model bridge is already running")
+        # Off the event loop: the price map is a 3.5 MB JSON file, and LiteLLM's import
+        # (for targets that need it) takes seconds.
+        self._log.price = await asyncio.to_thread(price_for, self.target.model_path)
+        self._transport = await asyncio.to_thread(open_transport, self.target)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            await self._transport.aclose()
+            self._transport = None
+            raise
+        # Agents pause between turns (tools, graders): idle connections stay open 75 s.
+        server = AsgiServer(
+            self._asgi,
+            keep_alive_sec=75.0,
+            graceful_sec=_GRACEFUL_STOP,
+            max_body=_MAX_BODY,
+            error_body=_openai_error,
+        )
+        try:
+            await server.start(sock)
+        except BaseException:
+            sock.close()
+            await self._transport.aclose()
+            self._transport = None
+            raise
+        self._server = server
+        bound_host, bound_port = sock.getsockname()[:2]
+        self._bound_url = f"http://{_shown(bound_host)}:{bound_port}"
+        if self._advertised is not None:
+            scheme, advertised_host, advertised_port, path = self._advertised
+            shown_port = advertised_port if advertised_port is not None else bound_port
+            root = f"{scheme}://{_shown(advertised_host)}:{shown_port}{path}"
+        else:
+            # A wildcard address is where to listen, not where to connect: local rollouts
+            # reach a wildcard bind through loopback.
+            local = _WILDCARDS.get(bound_host, bound_host)
+            root = f"http://{_shown(local)}:{bound_port}"
+        self._base_url = f"{root}/v1"
+        if not is_loopback(self._bound_url):
+            logger.warning(
+                "model bridge listening on %s, beyond loopback: rollouts reach it at %s with "
+                "the run's bearer token; the traffic is plain HTTP, so keep it on a trusted "
+                "network",
+                self._bound_url,
+                self._base_url,
+            )
+        self._watch.start()
+        return self
+
+    async def stop(self) -> None:
+        """Stop listening (in-flight calls get a few seconds to finish) and close the
+        provider connections. Recorded calls and usage stay readable."""
+        server, self._server = self._server, None
+        await self._watch.stop()
+        if server is not None:
+            await server.stop()
+        for task in list(self._pending):
+            task.cancel()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.aclose()
+
+    async def __aenter__(self) -> ModelBridge:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- addresses ---------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL rollouts use, once started: `http://127.0.0.1:PORT/v1`, or the
+        advertised root followed by `/v1`."""
+        if self._base_url is None:
+            raise RuntimeError("the model bridge has not started; await bridge.start()")
+        return self._base_url
+
+    @property
+    def bound_url(self) -> str:
+        """Where the bridge really listens, once started: `http://HOST:PORT` (no `/v1`)."""
+        if self._bound_url is None:
+            raise RuntimeError("the model bridge has not started; await bridge.start()")
+        return self._bound_url
+
+    def rollout_url(self, rollout_id: str) -> str:
+        """The OpenAI base URL one rollout uses: `…/v1/rollouts/{rollout_id}`."""
+        if not rollout_id or "/" in rollout_id:
+            raise ValueError(f"invalid rollout id {rollout_id!r}")
+        return f"{self.base_url}/rollouts/{rollout_id}"
+
+    # -- accounting --------------------------------------------------------------------------
+    def take_calls(self, rollout_id: str) -> list[CallRecord]:
+        """Remove and return the calls recorded for `rollout_id`, oldest first ([] if none)."""
+        return self._log.take_calls(rollout_id)
+
+    def usage(self, rollout_id: str) -> Usage:
+        """Tokens and cost of every call `rollout_id` made so far (zeros if none)."""
+        return self._log.usage(rollout_id)
+
+    def forget(self, rollout_id: str) -> None:
+        """Drop everything kept for `rollout_id` (call it once the attempt is recorded, so
+        memory follows concurrency rather than the number of attempts).
+
+        Calls still waiting for the provider on its behalf are released: they answer 503 and
+        nothing more is recorded for it (how the engine frees attempts stuck in an outage).
+        """
+        self._watch.release(rollout_id)
+        self._log.forget(rollout_id)
+
+    # -- outages -------------------------------------------------------------------------------
+    @property
+    def outage_reason(self) -> str | None:
+        """Why the provider is declared down (secrets blanked); None while it is not."""
+        return self._watch.reason
+
+    def stuck_rollouts(self) -> set[str]:
+        """Rollout ids with a call inside the provider transport right now.
+
+        During an outage these are the attempts waiting on a provider that stopped answering.
+        """
+        return self._watch.stuck_rollouts()
+
+    async def wait_recovered(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until no outage is declared: True at once when none is, or when a probe
+        clears it; False after `timeout` seconds (None: wait for ever).
+
+            if not await bridge.wait_recovered(300): halt("provider still down")
+        """
+        return await self._watch.wait_recovered(timeout)
+
+    def clear_outage(self) -> None:
+        """End a declared outage now, without waiting for a probe (the engine's override)."""
+        self._watch.clear()
+
+    # -- errors and secrets -------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        """`text` with the target's credentials and the bridge token blanked, then `redact`."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, _REDACTED)
+        return self._redact(text) if self._redact is not None else text
+
+    def _log_retry(self, error: ProviderError, attempt: int, wait: float) -> None:
+        what = f"HTTP {error.status}" if error.status is not None else error.cause
+        logger.info(
+            "model provider answered %s (attempt %d); retrying in %.2f s: %s",
+            what,
+            attempt,
+            wait,
+            self.scrub(error.message),
+        )
+
+    # -- calling the provider ----------------------------------------------------------------
+    async def _probe(self) -> None:
+        """One cheap completion through the rollouts' transport (raises `ProviderError`)."""
+        transport = self._transport
+        if transport is None:
+            raise ProviderError("the model bridge is stopping", cause="unknown")
+        await transport.complete(
+            {"model": self.target.model, "messages": _PROBE_MESSAGES, "max_tokens": 1}
+        )
+
+    async def _call_provider(self, rollout_id: str, request: Mapping[str, Any]) -> _Outcome:
+        transport = self._transport
+        if transport is None:
+            return _Outcome(503, error="the model bridge is stopping", code="bridge_stopping")
+        watch = self._watch
+        if watch.outage.is_set():
+            # Fail fast: the engine requeues the attempt, and no call piles onto a provider
+            # that is down.
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE)
+        call = watch.enter(rollout_id)
+        attempts = 0
+
+        async def attempt() -> Completion:
+            nonlocal attempts
+            attempts += 1
+            return await watch.through(call, transport.complete(request))
+
+        try:
+            completion = await call_with_retries(
+                attempt, self.retry, sleep=watch.retry_sleep, on_retry=self._log_retry
+            )
+        except asyncio.CancelledError:
+            # `forget` cancelled us: the engine gave this rollout up. Any other cancellation
+            # (the bridge stopping) goes on.
+            if call.released and call.task is not None and call.task.uncancel() == 0:
+                message = "the run gave this rollout up while the model provider was unavailable"
+                return _Outcome(
+                    503, error=message, code=_UNAVAILABLE, attempts=attempts, released=True
+                )
+            raise
+        except OutageDeclared:
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
+        except RetriesExhausted as exhausted:
+            watch.declare(f"the model provider is unavailable: {exhausted}")
+            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
+        except ProviderError as error:
+            status = error.status if error.status is not None and error.status >= 400 else 502
+            return _Outcome(
+                status, error=self.scrub(error.message), code=error.code, attempts=attempts
+            )
+        except Exception as error:  # a fault of ours, not the provider's: say so, keep serving
+            logger.exception("model bridge: unexpected error calling the provider")
+            message = self.scrub(f"internal bridge error: {type(error).__name__}: {error}")
+            return _Outcome(500, error=message, code="bridge_error", attempts=attempts)
+        finally:
+            watch.leave(call)
+        return _Outcome(200, completion=completion, attempts=attempts)
+
+    def _unavailable(self) -> str:
+        return self._watch.reason or "the model provider is unavailable"
+
+    def _record(
+        self,
+        rollout_id: str,
+        started_at: datetime,
+        began: float,
+        messages: list[Any],
+        params: Mapping[str, Any],
+        outcome: _Outcome,
+    ) -> None:
+        self._log.record(
+            rollout_id=rollout_id,
+            started_at=started_at,
+            latency_ms=(time.perf_counter() - began) * 1000,
+            messages=messages,
+            params=params,
+            status=outcome.status,
+            completion=outcome.completion.payload if outcome.completion is not None else None,
+            error=outcome.error,
+            attempts=outcome.attempts,
+        )
+
+    async def _serve_call(
+        self,
+        rollout_id: str,
+        started_at: datetime,
+        began: float,
+        messages: list[Any],
+        params: dict[str, Any],
+    ) -> _Outcome:
+        # The run's model, whatever the client named: the bridge pins it.
+        request = {**params, "model": self.target.model, "messages": messages}
+        outcome = await self._call_provider(rollout_id, request)
+        if not outcome.released:  # a forgotten rollout keeps nothing
+            self._record(rollout_id, started_at, began, messages, params, outcome)
+        return outcome
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        rollout_id = path[len(_PREFIX) : -len(_SUFFIX)]
+        if (
+            not path.startswith(_PREFIX)
+            or not path.endswith(_SUFFIX)
+            or not rollout_id
+            or "/" in rollout_id
+        ):
+            await _send_error(send, 404, f"no route for {path}; POST {_PREFIX}{{id}}{_SUFFIX}")
+            return
+        if scope["method"] != "POST":
+            await _send_error(send, 405, f"use POST {path}")
+            return
+        if not self._authorized(scope):
+            await _send_error(
+                send,
+                401,
+                "missing or invalid bearer token for the evaluation bridge",
+                code="invalid_api_key",
+                headers=[(b"www-authenticate", b"Bearer")],
+            )
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _send_error(send, 413, "the request body is too large")
+            return
+        await self._chat(rollout_id, body, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, credentials = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    credentials.strip(), self._token_bytes
+                )
+        return False
+
+    async def _chat(self, rollout_id: str, raw: bytes, send: Send) -> None:
+        started_at = datetime.now(UTC)
+        began = time.perf_counter()
+        try:
+            body = pydantic_core.from_json(raw)  # half of json.loads's time
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            await _send_error(send, 400, "the request body must be a JSON object")
+            return
+        messages = body.get("messages")
+        try:
+            params = inference_params(body)
+        except RequestRejected as rejected:
+            outcome = _Outcome(400, error=rejected.message, code="invalid_request")
+            kept = messages if isinstance(messages, list) else []
+            self._record(rollout_id, started_at, began, kept, {}, outcome)
+            await _send_error(send, 400, rejected.message, param=rejected.param)
+            return
+        assert isinstance(messages, list)  # inference_params checked it
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            call = self._serve_call(rollout_id, started_at, began, messages, params)
+            await self._stream(call, include_usage, send)
+            return
+        outcome = await self._serve_call(rollout_id, started_at, began, messages, params)
+        completion = outcome.completion
+        if completion is None:
+            await _send_error(send, outcome.status, outcome.error or "", code=outcome.code)
+            return
+        payload = completion.raw
+        if payload is None:
+            payload = pydantic_core.to_json(completion.payload)
+        await _send_bytes(send, 200, payload, _JSON_HEADERS)
+
+    async def _stream(self, call: Awaitable[_Outcome], include_usage: bool, send: Send) -> None:
+        # The provider call runs as its own task so that it finishes, and is recorded, even
+        # if this client goes away mid-stream.
+        task = asyncio.ensure_future(call)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        done, _ = await asyncio.wait({task}, timeout=self.heartbeat)
+        if done:
+            # Answered before the first heartbeat: errors keep their real HTTP status.
+            outcome = task.result()
+            if outcome.completion is None:
+                await _send_error(send, outcome.status, outcome.error or "", code=outcome.code)
+            else:
+                body = sse_stream(outcome.completion.payload, include_usage=include_usage)
+                await _send_bytes(send, 200, body, _SSE_HEADERS)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        while not done:
+            await send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+            done, _ = await asyncio.wait({task}, timeout=self.heartbeat)
+        outcome = task.result()
+        if outcome.completion is None:
+            tail = sse_error(outcome.status, outcome.error or "", code=outcome.code)
+        else:
+            tail = sse_stream(outcome.completion.payload, include_usage=include_usage)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _advertised_root(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
+    what is wrong."""
+    parts = urlsplit(url.strip())
+    problems = []
+    if parts.scheme not in ("http", "https"):
+        problems.append("it must start with http:// or https://")
+    if not parts.hostname:
+        problems.append("it names no host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        problems.append("it must hold no user, password, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        problems.append("its port is not a number from 0 to 65535")
+        port = None
+    if problems:
+        raise ValueError(
+            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
+            "(e.g. http://10.0.0.5:8321)"
+        )
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return parts.scheme, parts.hostname or "", port, path
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when it exceeds the limit."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(parts)
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_BODY:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _openai_error(status: int, message: str) -> tuple[bytes, bytes]:
+    """The bridge server's own refusals (400, 413, 431, 500) in the shape OpenAI clients read."""
+    return b"application/json", error_body(status, message)
+
+
+async def _send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = error_body(status, message, code=code, param=param)
+    await _send_bytes(send, status, body, [*_JSON_HEADERS, *(headers or [])])

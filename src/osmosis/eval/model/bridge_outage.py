@@ -1,0 +1,349 @@
+"""Noticing that the model provider is down, and noticing by itself that it is back.
+
+The bridge routes every provider call through one `ProviderWatch`. The watch declares an
+outage (`watch.outage` set, `watch.reason` says why) when:
+
+- a call's retryable fault outlasts the retry policy (the bridge calls `declare`);
+- `timeouts_in_a_row` calls in a row time out in the transport, with no answer between;
+- calls sit in the transport and no answer of any kind (a completion or any HTTP error) has
+  arrived for `stall_after_s` (a SIGSTOPped server, a wedged inference engine), and a
+  confirming probe gets no answer within `probe_timeout_s` either. The probe is what keeps one
+  long generation on an otherwise quiet bridge from counting as an outage.
+
+While declared it probes the provider (backoff from `probe_first_s`, doubling up to
+`probe_max_s`) and clears the outage on the first probe that succeeds. Nothing else clears it
+(except `clear()`, the engine's override): a stuck call that finally returns says little about
+a provider that just stopped for a minute, and a probe costs one token.
+
+    watch = ProviderWatch(OutagePolicy(stall_after_s=2), probe=send_one_token)
+    watch.start()
+    call = watch.enter("rollout-1")
+    completion = await watch.through(call, transport.complete(body))
+    watch.leave(call)
+    if watch.outage.is_set(): await watch.wait_recovered(300)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from osmosis.eval.model.providers import ProviderError
+
+__all__ = ["OutageDeclared", "OutagePolicy", "ProviderCall", "ProviderWatch"]
+
+logger = logging.getLogger("osmosis.eval.model.bridge")
+
+_T = TypeVar("_T")
+ProbeAnswer = Literal["healthy", "answered", "silent"]
+
+
+@dataclass(frozen=True)
+class OutagePolicy:
+    """When the bridge declares the provider down, and how it probes for its return.
+
+    OutagePolicy()                                   # 30 s of silence, 3 timeouts in a row
+    OutagePolicy(stall_after_s=2, probe_timeout_s=0.5, probe_first_s=0.1, probe_max_s=0.5)
+    """
+
+    stall_after_s: float = 30.0
+    """Seconds without any provider answer, while calls are waiting on it, before a confirming
+    probe is sent. 30 s: short enough that agent deadlines rarely fire first, and a false alarm
+    costs only a one-token probe."""
+    timeouts_in_a_row: int = 3
+    """Transport timeouts in a row (no answer in between) that declare an outage."""
+    probe_timeout_s: float = 10.0
+    """How long one probe may take before it counts as no answer."""
+    probe_first_s: float = 1.0
+    """Seconds before the first recovery probe; each later wait doubles."""
+    probe_max_s: float = 30.0
+    """The longest wait between recovery probes."""
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name} must be positive, got {value}"
+            for name, value in (
+                ("stall_after_s", self.stall_after_s),
+                ("probe_timeout_s", self.probe_timeout_s),
+                ("probe_first_s", self.probe_first_s),
+                ("probe_max_s", self.probe_max_s),
+            )
+            if not value > 0
+        ]
+        if self.timeouts_in_a_row < 1:
+            problems.append(f"timeouts_in_a_row must be at least 1, got {self.timeouts_in_a_row}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def probe_wait(self, probe: int) -> float:
+        """Seconds to wait before recovery probe number `probe` (1 for the first).
+
+        OutagePolicy().probe_wait(3)  # 4.0
+        """
+        return float(min(self.probe_first_s * 2.0 ** max(probe - 1, 0), self.probe_max_s))
+
+
+class OutageDeclared(Exception):
+    """Raised out of a retry wait when an outage is declared meanwhile: stop retrying now."""
+
+
+@dataclass(eq=False)
+class ProviderCall:
+    """One rollout request the bridge is serving (retries included)."""
+
+    rollout_id: str
+    task: asyncio.Task[object] | None
+    """The task serving it, cancelled by `ProviderWatch.release`."""
+    in_transport: bool = False
+    """True while a provider attempt for it is under way (not between retries)."""
+    released: bool = False
+    """Set by `release`: the engine gave the rollout up; answer it 503 and record nothing."""
+
+
+@dataclass
+class _State:
+    in_transport: int = 0
+    busy_since: float = 0.0
+    last_answer: float = field(default_factory=time.monotonic)
+    timeouts: int = 0
+    declared_at: float = 0.0
+
+
+class ProviderWatch:
+    """Outage state for one bridge: declared, probed, cleared. See the module doc.
+
+    `probe()` sends one cheap request through the bridge's transport and raises
+    `ProviderError` when it fails; `scrub` hides secrets in the reasons it writes.
+    """
+
+    def __init__(
+        self,
+        policy: OutagePolicy,
+        probe: Callable[[], Awaitable[object]],
+        *,
+        scrub: Callable[[str], str] = lambda text: text,
+    ) -> None:
+        self.policy = policy
+        self.outage = asyncio.Event()
+        """Set while the provider is declared down."""
+        self.reason: str | None = None
+        """Why the outage was declared (secrets scrubbed); None when there is none."""
+        self._probe_call = probe
+        self._scrub = scrub
+        self._recovered = asyncio.Event()
+        self._recovered.set()
+        self._wake = asyncio.Event()
+        self._calls: dict[str, set[ProviderCall]] = {}
+        self._state = _State()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start watching for stalls and probing during outages (inside the running loop)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name="model-provider-watch")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the calls being served --------------------------------------------------------------
+    def enter(self, rollout_id: str) -> ProviderCall:
+        """Register a request the current task now serves for `rollout_id`."""
+        call = ProviderCall(rollout_id, asyncio.current_task())
+        calls = self._calls.get(rollout_id)
+        if calls is None:
+            calls = self._calls[rollout_id] = set()
+        calls.add(call)
+        return call
+
+    def leave(self, call: ProviderCall) -> None:
+        calls = self._calls.get(call.rollout_id)
+        if calls is not None:
+            calls.discard(call)
+            if not calls:
+                del self._calls[call.rollout_id]
+
+    async def through(self, call: ProviderCall, pending: Awaitable[_T]) -> _T:
+        """Await one provider attempt for `call`, noting whether the provider answered."""
+        state = self._state
+        call.in_transport = True
+        state.in_transport += 1
+        if state.in_transport == 1:
+            state.busy_since = time.monotonic()
+            self._wake.set()
+        try:
+            result = await pending
+        except ProviderError as error:
+            self._failed(error)
+            raise
+        finally:
+            call.in_transport = False
+            state.in_transport -= 1
+        self._answered()
+        return result
+
+    def stuck_rollouts(self) -> set[str]:
+        """Rollout ids with a provider attempt under way now."""
+        return {
+            rollout_id
+            for rollout_id, calls in self._calls.items()
+            if any(call.in_transport for call in calls)
+        }
+
+    def release(self, rollout_id: str) -> int:
+        """Cancel every request still served for `rollout_id`; how many there were."""
+        released = 0
+        for call in self._calls.get(rollout_id, ()):
+            if not call.released and call.task is not None:
+                call.released = True
+                call.task.cancel()
+                released += 1
+        return released
+
+    async def retry_sleep(self, seconds: float) -> None:
+        """The retry policy's wait, cut short by an outage (raises `OutageDeclared`)."""
+        if not self.outage.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self.outage.wait()
+        if self.outage.is_set():
+            raise OutageDeclared(self.reason or "the model provider is unavailable")
+
+    # -- declaring and clearing --------------------------------------------------------------
+    def declare(self, reason: str) -> None:
+        """Declare an outage (the first reason wins until it clears)."""
+        if self.outage.is_set():
+            return
+        self.reason = self._scrub(reason)
+        self._state.declared_at = time.monotonic()
+        self._recovered.clear()
+        self.outage.set()
+        self._wake.set()
+        logger.warning("model provider outage declared: %s", self.reason)
+
+    def clear(self, why: str = "cleared by the engine") -> None:
+        """End a declared outage (a successful probe does this by itself)."""
+        if not self.outage.is_set():
+            return
+        state = self._state
+        lasted = time.monotonic() - state.declared_at
+        self.outage.clear()
+        self.reason = None
+        state.timeouts = 0
+        state.last_answer = time.monotonic()
+        self._recovered.set()
+        self._wake.set()
+        logger.warning("model provider outage over after %.1f s: %s", lasted, why)
+
+    async def wait_recovered(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """True once no outage is declared (at once if none is); False after `timeout` s."""
+        if not self.outage.is_set():
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._recovered.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # -- what the transport said ---------------------------------------------------------------
+    def _answered(self) -> None:
+        self._state.last_answer = time.monotonic()
+        self._state.timeouts = 0
+
+    def _failed(self, error: ProviderError) -> None:
+        if error.status is not None:
+            self._answered()  # an error status is still an answer: the provider is there
+        elif error.cause == "timeout":
+            self._state.timeouts += 1
+            count = self.policy.timeouts_in_a_row
+            if self._state.timeouts >= count:
+                self.declare(
+                    f"the model provider is not answering: {count} calls in a row timed out "
+                    f"(last: {error.message})"
+                )
+
+    # -- the supervisor ----------------------------------------------------------------------
+    async def _supervise(self) -> None:
+        state = self._state
+        while True:
+            if self.outage.is_set():
+                await self._recover()
+                continue
+            if state.in_transport == 0:
+                await self._nap(None, lambda: state.in_transport > 0 or self.outage.is_set())
+                continue
+            quiet_since = max(state.last_answer, state.busy_since)
+            due = quiet_since + self.policy.stall_after_s - time.monotonic()
+            if due > 0:
+                await self._nap(due, self.outage.is_set)
+                continue
+            silent = time.monotonic() - quiet_since
+            answer, detail = await self._probe()
+            if answer != "silent" or state.in_transport == 0:
+                continue  # the provider answered the probe: slow, not gone
+            waiting = state.in_transport
+            self.declare(
+                f"the model provider stopped answering: {waiting} call"
+                f"{'s' if waiting != 1 else ''} waiting, no answer for {silent:.0f} s, and a "
+                f"probe got none ({detail})"
+            )
+
+    async def _recover(self) -> None:
+        probes = 0
+        while self.outage.is_set():
+            probes += 1
+            await self._nap(self.policy.probe_wait(probes), lambda: not self.outage.is_set())
+            if not self.outage.is_set():
+                return
+            answer, detail = await self._probe()
+            if answer == "healthy":
+                self.clear(f"probe {probes} succeeded")
+                return
+            if not self.outage.is_set():
+                return  # cleared by the engine while the probe was out
+            logger.info(
+                "model provider still unavailable (probe %d: %s); next probe in %.1f s",
+                probes,
+                detail,
+                self.policy.probe_wait(probes + 1),
+            )
+
+    async def _probe(self) -> tuple[ProbeAnswer, str]:
+        timeout = self.policy.probe_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                await self._probe_call()
+        except TimeoutError:
+            return "silent", f"no answer within {timeout:g} s"
+        except ProviderError as error:
+            if error.status is None:
+                return "silent", self._scrub(error.message)
+            self._answered()
+            return "answered", self._scrub(f"HTTP {error.status}: {error.message}")
+        except Exception as error:  # a fault of ours: say so, and keep probing
+            logger.exception("model bridge: the provider probe failed unexpectedly")
+            return "silent", self._scrub(f"{type(error).__name__}: {error}")
+        self._answered()
+        return "healthy", "answered"
+
+    async def _nap(self, seconds: float | None, done: Callable[[], bool]) -> None:
+        """Sleep `seconds` (None: for ever) or until `done()` holds, rechecked on each wake."""
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        while not done():
+            self._wake.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._wake.wait()
+            except TimeoutError:
+                return

@@ -1,0 +1,751 @@
+"""The Python environment a rollout runs in: the current interpreter, or a cached uv venv.
+
+    env = prepare_environment(Path("rollouts/multiply"), cache_root=cache, log=print)
+    env.python  # the interpreter that runs `main.py`, exec'd directly (never `uv run`)
+
+A rollout without `pyproject.toml` runs with the engine's own interpreter. A rollout with one
+gets an isolated venv holding its declared dependencies (or its `uv.lock` pins) and an SDK:
+ours at the running version, or `osmosis-ai` when the rollout declares that instead. Venvs
+live under `cache_root/<key>`, keyed by what decides their contents, so an unchanged rollout
+reuses its venv without calling uv. Nothing here downloads a Python build
+(`UV_PYTHON_DOWNLOADS=never`); packages come from the configured index.
+
+A build may take minutes: hosts call `prepare_environment_async`, which runs it in a thread
+(the event loop keeps honouring Ctrl-C and `eval stop`) and, when cancelled, kills uv's
+process group and removes the half-built venv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from osmosis._version import __version__
+from osmosis.eval.errors import HostError
+
+EnvironmentKind = Literal["current", "uv"]
+SdkName = Literal["osmosis", "osmosis-ai"]
+
+# Bump when the venv layout or the way it is built changes: old cache entries stop matching.
+_LAYOUT_VERSION = 1
+_MARKER = "osmosis-env.json"  # written last, inside the build dir: present means complete
+_BUILD_LOG = "osmosis-build.log"
+_REQUIREMENTS = "osmosis-requirements.txt"
+_SOURCE_COPY = "osmosis-rollout-source"  # only while installing a dynamic-dependency project
+_NOT_SOURCE = (".*", "__pycache__", "build", "dist", "*.egg-info")  # `.venv`, `.git` included
+_UV_TIMEOUT_SEC = 1800.0
+_CANCEL_POLL_SEC = 0.2
+_CANCEL_WAIT_SEC = 15.0
+_PROBE_TIMEOUT_SEC = 10.0
+_ERROR_TAIL_LINES = 20
+# osmosis-ai 0.3 declares `Requires-Python >=3.12`; a rollout that forgets to say so still
+# needs it, so the floor is applied whatever its own `requires-python` says.
+_OSMOSIS_AI_REQUIRES_PYTHON = ">=3.12"
+_OUR_REQUIRES_PYTHON_FALLBACK = ">=3.11"
+_PYENV_VERSION_DIR = re.compile(r"^\d+\.\d+\.\d+$")  # CPython builds only: no pypy-, no -dev
+
+
+@dataclass(frozen=True)
+class RolloutEnvironment:
+    """Where and how a rollout's entrypoint runs.
+
+    env = prepare_environment(rollout_dir, cache_root=cache, log=print)
+    subprocess.Popen([env.python, "main.py"], cwd=rollout_dir)
+    """
+
+    python: Path
+    """The interpreter to exec the entrypoint with."""
+    kind: EnvironmentKind
+    """`current`: the engine's own interpreter; `uv`: a cached venv built from pyproject.toml."""
+    cache_key: str | None
+    """The venv's cache key (its directory name under the cache root); None for `current`."""
+    sdk: SdkName
+    """Which rollout SDK the environment provides: ours, or the `osmosis-ai` one."""
+
+    @property
+    def venv(self) -> Path | None:
+        """The venv directory of a `uv` environment, None for the current interpreter."""
+        return self.python.parent.parent if self.kind == "uv" else None
+
+
+class RolloutEnvironmentError(HostError):
+    """A rollout's environment could not be prepared. The message names the rollout, the
+    step that failed and, for a uv failure, the last lines uv printed."""
+
+    default_hint = "fix the rollout's pyproject.toml (or uv.lock); nothing was dispatched"
+
+    def __init__(self, rollout: str, step: str, reason: str, output: Sequence[str] = ()) -> None:
+        self.rollout = rollout
+        self.step = step
+        self.output_tail = list(output)[-_ERROR_TAIL_LINES:]
+        message = f"rollout {rollout!r}: {step} failed: {reason}"
+        if self.output_tail:
+            message += "\n" + "\n".join(f"  | {line}" for line in self.output_tail)
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """An installed Python found on this machine."""
+
+    path: Path
+    version: Version
+
+
+async def prepare_environment_async(
+    rollout_dir: Path, *, cache_root: Path, log: Callable[[str], None]
+) -> RolloutEnvironment:
+    """`prepare_environment` in a worker thread; `log` is called on the event loop.
+    Cancelling the await stops uv (its whole process group) and cleans up, then re-raises.
+
+    env = await prepare_environment_async(rollout_dir, cache_root=cache, log=run.log)
+    """
+    loop = asyncio.get_running_loop()
+    cancel = threading.Event()
+
+    def log_on_loop(line: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads the log
+            loop.call_soon_threadsafe(log, line)
+
+    build = asyncio.ensure_future(
+        asyncio.to_thread(
+            prepare_environment, rollout_dir, cache_root=cache_root, log=log_on_loop, cancel=cancel
+        )
+    )
+    try:
+        return await asyncio.shield(build)
+    except asyncio.CancelledError:
+        cancel.set()
+        # Give the thread a moment to kill uv and remove the half-built venv.
+        await asyncio.wait({build}, timeout=_CANCEL_WAIT_SEC)
+        if build.done() and not build.cancelled():
+            build.exception()  # read: "cancelled" is the expected answer
+        raise
+
+
+def prepare_environment(
+    rollout_dir: Path,
+    *,
+    cache_root: Path,
+    log: Callable[[str], None],
+    cancel: threading.Event | None = None,
+) -> RolloutEnvironment:
+    """Return the environment to run the rollout in `rollout_dir`, building it if needed.
+
+    env = prepare_environment(Path("rollouts/multiply"), cache_root=home / "envs", log=print)
+    env.kind, env.sdk  # ('uv', 'osmosis') for a rollout with a pyproject.toml
+
+    Blocking (it may run uv for minutes): async code uses `prepare_environment_async`. Raises
+    `RolloutEnvironmentError` with the failing step and uv's last lines; when `cancel` is
+    set it stops uv and raises one saying so.
+    """
+    cancel = cancel or threading.Event()
+    rollout_dir = rollout_dir.resolve()
+    name = rollout_dir.name
+    pyproject_path = rollout_dir / "pyproject.toml"
+    if not pyproject_path.is_file():
+        log("→ no pyproject.toml: running the rollout with the current interpreter")
+        return RolloutEnvironment(
+            python=Path(sys.executable), kind="current", cache_key=None, sdk="osmosis"
+        )
+
+    declaration = _read_declaration(name, pyproject_path)
+    sdk: SdkName = "osmosis-ai" if "osmosis-ai" in declaration.names else "osmosis"
+    python_spec = _python_spec(name, declaration.requires_python, sdk)
+    interpreter = choose_interpreter(python_spec, rollout=name)
+    # Our SDK goes in unless the rollout brings osmosis-ai; a declared `osmosis` is always
+    # served by our own source, never by a same-named package from the index.
+    ours = _our_requirement(name) if sdk == "osmosis" or "osmosis" in declaration.names else None
+    lock_path = rollout_dir / "uv.lock"
+    lock_bytes = lock_path.read_bytes() if lock_path.is_file() else None
+    # Dynamic dependencies are computed by a build from any file of the rollout, so then
+    # every source file is part of the declaration.
+    declared = _source_digest(rollout_dir) if declaration.dynamic_dependencies else declaration.raw
+    key = _cache_key(declared, lock_bytes, interpreter, ours)
+    described = f"Python {interpreter.version}, {sdk} SDK"
+
+    cache_root.mkdir(parents=True, exist_ok=True)
+    final = cache_root / key
+    if _is_ready(final):
+        log(f"→ reusing cached environment {key[:12]} ({described})")
+        return _environment(final, key, sdk)
+    with _build_lock(cache_root / f"{key}.lock", name, key, log, cancel):
+        if _is_ready(final):  # another run built it while we waited for the lock
+            log(f"→ reusing cached environment {key[:12]} ({described})")
+            return _environment(final, key, sdk)
+        log(f"→ syncing rollout dependencies ({described}) into environment {key[:12]}")
+        started = time.monotonic()
+        _build(
+            rollout_dir,
+            cache_root=cache_root,
+            key=key,
+            interpreter=interpreter,
+            declaration=declaration,
+            lock_bytes=lock_bytes,
+            ours=ours,
+            sdk=sdk,
+            cancel=cancel,
+        )
+        log(f"→ environment {key[:12]} ready in {time.monotonic() - started:.1f} s")
+    return _environment(final, key, sdk)
+
+
+def find_interpreters() -> list[Interpreter]:
+    """Installed CPython interpreters: the current one, `python3.X` on PATH and pyenv's
+    versions, deduplicated and sorted by version.
+
+    [str(i.version) for i in find_interpreters()]  # ['3.11.7', '3.12.1', '3.13.0']
+    """
+    found: dict[Path, Interpreter] = {}
+
+    def add(path: Path, version: Version | None) -> None:
+        try:
+            real = path.resolve(strict=True)
+        except OSError:
+            return
+        if real in found or not os.access(real, os.X_OK):
+            return
+        if version is None:
+            version = _probe_version(path)
+        if version is not None:
+            found[real] = Interpreter(path=path, version=version)
+
+    current = Version(".".join(str(part) for part in sys.version_info[:3]))
+    if platform.python_implementation() == "CPython":
+        add(Path(sys.executable), current)
+    pyenv_versions = _pyenv_root() / "versions"
+    if pyenv_versions.is_dir():
+        for entry in sorted(pyenv_versions.iterdir()):
+            if _PYENV_VERSION_DIR.match(entry.name):  # the name is the version: no probe
+                add(entry / "bin" / "python", Version(entry.name))
+    for minor in range(8, 20):
+        located = shutil.which(f"python3.{minor}")
+        # pyenv shims only forward to the versions already listed, and fail for inactive ones.
+        if located and f"{os.sep}shims{os.sep}" not in located:
+            add(Path(located), None)
+    return sorted(found.values(), key=lambda interpreter: interpreter.version)
+
+
+def choose_interpreter(spec: SpecifierSet, *, rollout: str = "rollout") -> Interpreter:
+    """The interpreter for a `requires-python` specifier: the current one when it satisfies,
+    else the lowest installed version that does, else what `uv python find` knows.
+
+    choose_interpreter(SpecifierSet(">=3.12"))  # Interpreter(path=…/3.12.1/bin/python, …)
+    """
+    current = Version(".".join(str(part) for part in sys.version_info[:3]))
+    if current in spec and platform.python_implementation() == "CPython":
+        return Interpreter(path=Path(sys.executable), version=current)
+    candidates = find_interpreters()
+    for interpreter in candidates:  # sorted ascending: the first match is the lowest
+        if interpreter.version in spec:
+            return interpreter
+    from_uv = _uv_find_python(spec)
+    if from_uv is not None:
+        return from_uv
+    seen = ", ".join(f"{i.version} ({i.path})" for i in candidates) or "none"
+    raise RolloutEnvironmentError(
+        rollout,
+        "choosing a Python interpreter",
+        f"it needs Python {spec}, and no installed interpreter satisfies that "
+        f"(found: {seen}). Install a matching one (pyenv, `uv python install`, or the "
+        "system's packages); osmosis never downloads Python itself.",
+    )
+
+
+def find_uv() -> list[str]:
+    """The command that runs uv: the binary beside this interpreter, the `uv` package's
+    binary, `uv` on PATH, or `python -m uv`.
+
+    subprocess.run([*find_uv(), "--version"])
+    """
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    try:
+        from uv import find_uv_bin  # the PyPI `uv` package ships its binary
+
+        return [find_uv_bin()]
+    except (ImportError, FileNotFoundError):
+        pass
+    on_path = shutil.which("uv")
+    if on_path:
+        return [on_path]
+    return [sys.executable, "-m", "uv"]
+
+
+# --- the dependency declaration -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    raw: bytes
+    dependencies: list[str]
+    names: frozenset[str]
+    requires_python: str | None
+    dynamic_dependencies: bool
+
+
+def _read_declaration(rollout: str, path: Path) -> _Declaration:
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RolloutEnvironmentError(rollout, "reading pyproject.toml", str(exc)) from None
+    project = data.get("project", {})
+    if not isinstance(project, dict):
+        raise RolloutEnvironmentError(rollout, "reading pyproject.toml", "[project] is not a table")
+    dependencies = project.get("dependencies", [])
+    if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
+        raise RolloutEnvironmentError(
+            rollout, "reading pyproject.toml", "[project].dependencies must be a list of strings"
+        )
+    names: set[str] = set()
+    for dependency in dependencies:
+        try:
+            names.add(canonicalize_name(Requirement(dependency).name))
+        except InvalidRequirement as exc:
+            raise RolloutEnvironmentError(
+                rollout, "reading pyproject.toml", f"invalid dependency {dependency!r}: {exc}"
+            ) from None
+    requires_python = project.get("requires-python")
+    if requires_python is not None and not isinstance(requires_python, str):
+        raise RolloutEnvironmentError(
+            rollout, "reading pyproject.toml", "[project].requires-python must be a string"
+        )
+    dynamic = project.get("dynamic", [])
+    return _Declaration(
+        raw=raw,
+        dependencies=list(dependencies),
+        names=frozenset(names),
+        requires_python=requires_python,
+        dynamic_dependencies=isinstance(dynamic, list) and "dependencies" in dynamic,
+    )
+
+
+def _python_spec(rollout: str, requires_python: str | None, sdk: SdkName) -> SpecifierSet:
+    floor = _OSMOSIS_AI_REQUIRES_PYTHON if sdk == "osmosis-ai" else _our_requires_python()
+    try:
+        return SpecifierSet(requires_python or "") & SpecifierSet(floor)
+    except InvalidSpecifier as exc:
+        raise RolloutEnvironmentError(
+            rollout, "reading pyproject.toml", f"invalid requires-python: {exc}"
+        ) from None
+
+
+def _our_requires_python() -> str:
+    try:
+        return metadata.metadata("osmosis")["Requires-Python"] or _OUR_REQUIRES_PYTHON_FALLBACK
+    except (metadata.PackageNotFoundError, KeyError):
+        return _OUR_REQUIRES_PYTHON_FALLBACK
+
+
+def _our_requirement(rollout: str) -> str:
+    """A requirements-file line that installs the running osmosis, from where it came from.
+
+    A development install (`pip install -e`) points at its source tree and stays editable, so
+    the venv follows the source without a version bump; a wheel or directory install is
+    installed again from the same file; otherwise the exact version from the index.
+    """
+    try:
+        distribution = metadata.distribution("osmosis")
+    except metadata.PackageNotFoundError:
+        raise RolloutEnvironmentError(
+            rollout, "locating the osmosis SDK", "osmosis is not installed as a distribution"
+        ) from None
+    direct = distribution.read_text("direct_url.json")
+    if direct:
+        info: dict[str, Any] = json.loads(direct)
+        url = str(info.get("url", ""))
+        if url.startswith("file://"):
+            source = Path(url.removeprefix("file://"))
+            if source.exists():
+                if info.get("dir_info", {}).get("editable"):
+                    return f"-e {source}"
+                return f"osmosis @ {source.as_uri()}"
+    return f"osmosis=={distribution.version}"
+
+
+def _cache_key(
+    declared: bytes, lock: bytes | None, interpreter: Interpreter, ours: str | None
+) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        f"layout={_LAYOUT_VERSION}".encode(),
+        hashlib.sha256(declared).digest(),
+        hashlib.sha256(lock).digest() if lock is not None else b"no-lock",
+        f"python={interpreter.version}@{interpreter.path}".encode(),
+        f"osmosis={__version__}".encode(),
+        f"sdk={ours}".encode(),
+    ):
+        digest.update(part + b"\0")
+    return digest.hexdigest()[:32]
+
+
+# --- the venv cache ---------------------------------------------------------------------------
+
+
+def _environment(root: Path, key: str, sdk: SdkName) -> RolloutEnvironment:
+    return RolloutEnvironment(python=root / "bin" / "python", kind="uv", cache_key=key, sdk=sdk)
+
+
+def _is_ready(root: Path) -> bool:
+    # `exists` follows the python symlink: a venv whose base interpreter vanished is not ready.
+    return (root / _MARKER).is_file() and (root / "bin" / "python").exists()
+
+
+@contextlib.contextmanager
+def _build_lock(
+    path: Path, rollout: str, key: str, log: Callable[[str], None], cancel: threading.Event
+) -> Iterator[None]:
+    # flock is per open file description, so it also serialises threads of one process, and
+    # the kernel drops it when a crashed builder dies: no stale-lock cleanup is ever needed.
+    with path.open("a") as handle:
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waiting:
+                    waiting = True
+                    log(f"→ waiting for another run to finish building environment {key[:12]}")
+            # Polled rather than blocking in flock, so that a cancelled run stops waiting.
+            if cancel.wait(_CANCEL_POLL_SEC):
+                raise RolloutEnvironmentError(rollout, "waiting for another build", "cancelled")
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(
+    rollout_dir: Path,
+    *,
+    cache_root: Path,
+    key: str,
+    interpreter: Interpreter,
+    declaration: _Declaration,
+    lock_bytes: bytes | None,
+    ours: str | None,
+    sdk: SdkName,
+    cancel: threading.Event,
+) -> None:
+    name = rollout_dir.name
+    final = cache_root / key
+    for stale in cache_root.glob(f".build-{key}-*"):  # left by a crashed builder; we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
+    if final.exists():  # complete once, broken since (its interpreter went away)
+        shutil.rmtree(final)
+    # Built beside its final place and renamed into it: the rename is atomic, so the cache
+    # only ever holds complete venvs. `--relocatable` keeps the venv valid after the move.
+    build = cache_root / f".build-{key}-{uuid.uuid4().hex[:8]}"
+    transcript: list[str] = []
+    try:
+        _run_uv(
+            name,
+            "creating the virtual environment",
+            [
+                "venv",
+                str(build),
+                "--python",
+                str(interpreter.path),
+                "--relocatable",
+                "--no-project",
+            ],
+            cwd=rollout_dir,
+            transcript=transcript,
+            cancel=cancel,
+        )
+        requirements = build / _REQUIREMENTS
+        lines = _requirements(rollout_dir, build, declaration, lock_bytes, ours, transcript, cancel)
+        requirements.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _run_uv(
+            name,
+            "installing the rollout's dependencies",
+            # Bytecode now, once: with PYTHONDONTWRITEBYTECODE set, a rollout importing
+            # LiteLLM would otherwise compile it again at every start (seconds of CPU).
+            [
+                "pip",
+                "install",
+                "--compile-bytecode",
+                "--python",
+                str(build / "bin" / "python"),
+                "-r",
+                str(requirements),
+            ],
+            cwd=rollout_dir,  # relative path requirements and the rollout's [tool.uv] settings
+            transcript=transcript,
+            cancel=cancel,
+        )
+        shutil.rmtree(build / _SOURCE_COPY, ignore_errors=True)
+        (build / _BUILD_LOG).write_text("\n".join(transcript) + "\n", encoding="utf-8")
+        marker = {
+            "cache_key": key,
+            "rollout": name,
+            "python": str(interpreter.path),
+            "python_version": str(interpreter.version),
+            "sdk": sdk,
+            "osmosis_version": __version__,
+            "created_at": datetime.now(UTC).isoformat(),
+        }
+        (build / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        build.rename(final)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+
+
+def _requirements(
+    rollout_dir: Path,
+    build: Path,
+    declaration: _Declaration,
+    lock_bytes: bytes | None,
+    ours: str | None,
+    transcript: list[str],
+    cancel: threading.Event,
+) -> list[str]:
+    if lock_bytes is not None:
+        lines = _exported_lock(rollout_dir, transcript, cancel)
+        if ours is not None:  # a lock pins `osmosis` from the index: an unrelated package
+            lines = [line for line in lines if _requirement_name(line) != "osmosis"]
+    elif declaration.dynamic_dependencies:
+        # Only a build can tell what it needs, so the project is installed, from a copy:
+        # build backends write `build/` and `*.egg-info` into the tree they build.
+        copy = build / _SOURCE_COPY
+        # Links are copied as links: a committed link to a file outside the rollout must not
+        # land as that file's bytes in the shared cache.
+        shutil.copytree(
+            rollout_dir, copy, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_SOURCE)
+        )
+        lines = [str(copy)]
+    else:
+        # A declared `osmosis>=x` stays: uv then installs our source once and checks that
+        # its version satisfies the rollout's constraint.
+        lines = list(declaration.dependencies)
+    return lines if ours is None else [*lines, ours]
+
+
+def _exported_lock(rollout_dir: Path, transcript: list[str], cancel: threading.Event) -> list[str]:
+    """The pins of the rollout's uv.lock as requirements (what `uv sync` would install),
+    without the rollout project itself, which is often not a buildable package."""
+    output = _run_uv(
+        rollout_dir.name,
+        "exporting uv.lock",
+        ["export", "--frozen", "--no-hashes", "--no-emit-project", "--no-header", "--no-annotate"],
+        cwd=rollout_dir,
+        transcript=transcript,
+        cancel=cancel,
+        stdout_only=True,
+    )
+    return [line for line in output if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _source_digest(rollout_dir: Path) -> bytes:
+    digest = hashlib.sha256()
+    for path in sorted(rollout_dir.rglob("*")):  # rglob does not descend into linked dirs
+        relative = path.relative_to(rollout_dir)
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if not any(_is_not_source(part) for part in relative.parts):
+            digest.update(str(relative).encode() + b"\0" + source_bytes(path) + b"\0")
+    return digest.digest()
+
+
+def source_bytes(path: Path) -> bytes:
+    """What a rollout source file contributes to a digest: a regular file's bytes; a link's
+    target path and any other kind's type, never read through. The repository is hostile: a
+    committed link to `/dev/zero` or to the platform's key must not be read.
+
+    source_bytes(Path("rollouts/x/main.py"))  # b'import ...'
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            return b"link:" + os.fsencode(os.readlink(path))
+        return b"special:%o" % stat.S_IFMT(info.st_mode)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO or device opened without blocking: not read
+            return b"special:%o" % stat.S_IFMT(mode)
+        return handle.read()
+
+
+def _is_not_source(part: str) -> bool:
+    return any(fnmatch.fnmatch(part, pattern) for pattern in _NOT_SOURCE)
+
+
+def _requirement_name(line: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(line).name)
+    except InvalidRequirement:
+        return None  # an option or a path line: never our SDK
+
+
+def _run_uv(
+    rollout: str,
+    step: str,
+    args: list[str],
+    *,
+    cwd: Path,
+    transcript: list[str],
+    cancel: threading.Event,
+    stdout_only: bool = False,
+) -> list[str]:
+    env = dict(os.environ)
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # offline-safe: only installed interpreters
+    env["UV_NO_PROGRESS"] = "1"
+    for variable in ("VIRTUAL_ENV", "UV_PYTHON", "UV_PROJECT_ENVIRONMENT"):
+        env.pop(variable, None)  # the engine's own venv must not steer what uv builds
+    command = [*find_uv(), *args]
+    transcript.append("$ " + " ".join(command))
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # one group: a cancel also stops the build backends
+        )
+    except FileNotFoundError:
+        raise RolloutEnvironmentError(
+            rollout, step, "uv is not installed (pip install uv)"
+        ) from None
+    give_up_at = time.monotonic() + _UV_TIMEOUT_SEC
+    while True:
+        try:
+            out, err = process.communicate(timeout=_CANCEL_POLL_SEC)  # no output is lost
+            break
+        except subprocess.TimeoutExpired:
+            if cancel.is_set() or time.monotonic() > give_up_at:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                out, err = process.communicate()
+                if cancel.is_set():
+                    raise RolloutEnvironmentError(rollout, step, "cancelled") from None
+                raise RolloutEnvironmentError(
+                    rollout,
+                    step,
+                    f"uv did not finish within {_UV_TIMEOUT_SEC:.0f} s",
+                    _lines(out) + _lines(err),
+                ) from None
+    stdout, stderr = _lines(out), _lines(err)
+    transcript.extend(stderr if stdout_only else stdout + stderr)
+    if process.returncode != 0:
+        tail = deque(stdout + stderr, maxlen=_ERROR_TAIL_LINES)
+        raise RolloutEnvironmentError(rollout, step, f"uv exited {process.returncode}", tail)
+    return stdout
+
+
+def _lines(output: str | bytes | None) -> list[str]:
+    if output is None:
+        return []
+    if isinstance(output, bytes):
+        output = output.decode("utf-8", "replace")
+    return output.splitlines()
+
+
+# --- interpreters -----------------------------------------------------------------------------
+
+
+def _pyenv_root() -> Path:
+    configured = os.environ.get("PYENV_ROOT")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".pyenv"  # pyenv's default; asking `pyenv root` costs a subprocess
+
+
+def _probe_version(path: Path) -> Version | None:
+    # %-formatting: an old Python 2 found on PATH must answer too, not crash on an f-string.
+    code = (
+        "import platform, sys; "
+        "print(platform.python_implementation(), '%d.%d.%d' % sys.version_info[:3])"
+    )
+    try:
+        completed = subprocess.run(
+            [str(path), "-I", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_SEC,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parts = completed.stdout.split()
+    if completed.returncode != 0 or len(parts) != 2 or parts[0] != "CPython":
+        return None
+    try:
+        return Version(parts[1])
+    except InvalidVersion:
+        return None
+
+
+def _uv_find_python(spec: SpecifierSet) -> Interpreter | None:
+    """Ask uv, which also knows interpreters it manages itself, without downloading any."""
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+    try:
+        completed = subprocess.run(
+            [*find_uv(), "python", "find", "--no-python-downloads", str(spec)],
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_SEC,
+            check=False,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    located = completed.stdout.strip()
+    if completed.returncode != 0 or not located:
+        return None
+    version = _probe_version(Path(located))
+    if version is None or version not in spec:
+        return None
+    return Interpreter(path=Path(located), version=version)
+
+
+__all__ = [
+    "Interpreter",
+    "RolloutEnvironment",
+    "RolloutEnvironmentError",
+    "choose_interpreter",
+    "find_interpreters",
+    "find_uv",
+    "prepare_environment",
+    "prepare_environment_async",
+    "source_bytes",
+]

@@ -1,0 +1,692 @@
+"""The rollout server as a child process that the engine starts, watches and always reaps.
+
+    process = await RolloutProcess.start(env, rollout_dir, "main.py", env={}, artifact_root=root,
+                                         log=print, redactor=Redactor([]))
+    process.base_url  # 'http://127.0.0.1:41234', healthy
+    await process.stop()
+
+The entrypoint is exec'd directly (`<python> main.py`, no shell, no `uv run`) in the rollout
+directory, with the supervisor's variables (`_OSMOSIS_ROLLOUT_PORT`,
+`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`, `_OSMOSIS_ROLLOUT_INSTANCE_ID`, `PYTHONUNBUFFERED=1`) and the
+offline settings (`OFFLINE_DEFAULTS`: LiteLLM's bundled price map instead of a download at
+import, no Hugging Face telemetry, `DO_NOT_TRACK`), which the inherited environment or the
+run's `[env]` may override.
+
+What the child sees: our environment minus every `OSMOSIS_*` / `_OSMOSIS_*` variable (the
+engine's settings and platform token; the SDK would also read `OSMOSIS_API_KEY` as its model
+key) and minus the common model-provider credentials (`PROVIDER_CREDENTIAL_VARIABLES`), plus
+the run's `[env]` table and resolved secrets, which win over both removals. A rollout reaches
+the model only through the bridge; a provider key it really needs must be passed explicitly.
+In a uv venv, `PYTHONPATH`/`PYTHONHOME`/`CONDA_PREFIX` are dropped and `VIRTUAL_ENV`/`PATH`
+point at the venv, as activation would.
+
+The child never outlives the engine: it leads its own process group (so a terminal Ctrl-C
+reaches only the engine, which then stops it in order), on Linux the kernel SIGKILLs it when
+the thread that started it dies (`PR_SET_PDEATHSIG`; start it from the event loop's thread),
+`stop()` sends SIGTERM then SIGKILL to the whole group, and an `atexit` hook does the same for
+any process still running when the interpreter exits. Grandchildren that leave the group are
+beyond reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+
+from osmosis.eval.errors import HostError
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.environment import RolloutEnvironment
+
+PROVIDER_CREDENTIAL_VARIABLES = frozenset(
+    {
+        "AI21_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANYSCALE_API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AZURE_AI_API_KEY",
+        "AZURE_API_KEY",
+        "AZURE_OPENAI_API_KEY",
+        "CEREBRAS_API_KEY",
+        "CO_API_KEY",
+        "COHERE_API_KEY",
+        "DASHSCOPE_API_KEY",
+        "DATABRICKS_TOKEN",
+        "DEEPINFRA_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "FIREWORKS_AI_API_KEY",
+        "FIREWORKS_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GROQ_API_KEY",
+        "HUGGINGFACE_API_KEY",
+        "MISTRAL_API_KEY",
+        "MOONSHOT_API_KEY",
+        "NVIDIA_NIM_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "PERPLEXITYAI_API_KEY",
+        "PERPLEXITY_API_KEY",
+        "REPLICATE_API_KEY",
+        "REPLICATE_API_TOKEN",
+        "TOGETHERAI_API_KEY",
+        "TOGETHER_API_KEY",
+        "VOYAGE_API_KEY",
+        "WATSONX_APIKEY",
+        "XAI_API_KEY",
+    }
+)
+"""Model-provider credentials removed from the child's environment unless passed explicitly."""
+
+OFFLINE_DEFAULTS = {
+    # litellm fetches its price map from GitHub at import (seconds without a network).
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_OFFLINE_MODE": "true",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DO_NOT_TRACK": "1",
+}
+"""Set in every rollout's environment unless inherited or given in `[env]`: a rollout makes
+no outbound lookup of its own at start. Downloads it asks for (a Hugging Face model) still
+work."""
+
+LOG_PREFIX = "[rollout] "
+DEFAULT_STARTUP_TIMEOUT_SEC = 60.0
+DEFAULT_STOP_GRACE_SEC = 5.0
+_ERROR_TAIL_LINES = 20
+_MAX_LINE_BYTES = 1 << 20  # a longer line is logged in pieces rather than held whole
+_MAX_PENDING_LINES = 10_000  # lines waiting for a slow log; beyond that the oldest are dropped
+_READER_JOIN_SEC = 2.0
+_KILL_WAIT_SEC = 10.0
+_HEALTH_REQUEST_SEC = 2.0
+_PR_SET_PDEATHSIG = 1
+_OWN_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
+# The last line of a Python traceback ("ValueError: boom"), or a line that says it is an error.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
+_ERROR_LINE = re.compile(r"\b(error|fatal|critical|panic)\b", re.IGNORECASE)
+_FOREIGN_INTERPRETER_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+
+
+class RolloutStartError(HostError):
+    """The rollout server exited or never answered `GET /health` while starting. The message
+    carries its exit code (if it exited) and its last lines of output, secrets redacted: an
+    entrypoint that raises at import is the user's error, not osmosis'."""
+
+    default_hint = "fix the rollout's entrypoint; nothing was dispatched"
+
+    def __init__(self, message: str, *, returncode: int | None, output: list[str]) -> None:
+        self.returncode = returncode
+        self.output_tail = output
+        if output:
+            message += "; its last output:\n" + "\n".join(f"  | {line}" for line in output)
+        super().__init__(message)
+
+
+def child_environment(
+    *,
+    base_env: Mapping[str, str],
+    env: Mapping[str, str],
+    environment: RolloutEnvironment,
+    port: int,
+    artifact_root: Path,
+    instance_id: str,
+) -> dict[str, str]:
+    """The environment a rollout server starts with (see the module docstring for the rules).
+
+    child_environment(base_env=os.environ, env={"MY_SECRET": "…"}, environment=env,
+                      port=8123, artifact_root=root, instance_id=uuid4().hex)
+    """
+    child = {
+        name: value
+        for name, value in base_env.items()
+        if not name.startswith(_OWN_PREFIXES) and name not in PROVIDER_CREDENTIAL_VARIABLES
+    }
+    for name, value in OFFLINE_DEFAULTS.items():
+        child.setdefault(name, value)
+    venv = environment.venv
+    if venv is not None:
+        # The engine's interpreter settings would leak its packages into the isolated venv;
+        # what activation would set makes `python`/`pip` inside the rollout mean the venv.
+        for name in _FOREIGN_INTERPRETER_VARIABLES:
+            child.pop(name, None)
+        child["VIRTUAL_ENV"] = str(venv)
+        child["PATH"] = os.pathsep.join([str(venv / "bin"), child.get("PATH", os.defpath)])
+    child.update(env)
+    child.update(
+        {
+            "_OSMOSIS_ROLLOUT_PORT": str(port),
+            "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(artifact_root),
+            "_OSMOSIS_ROLLOUT_INSTANCE_ID": instance_id,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return child
+
+
+@dataclass
+class Launch:
+    """How a rollout server process is started. A site may rewrite it before the spawn (the
+    sandbox wraps `argv` in bwrap and serves the protocol on a Unix socket).
+
+    Launch(argv=[python, "main.py"], env=child_env, cwd=rollout_dir)
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors the child keeps (the sandbox's listening socket)."""
+    preexec: Callable[[], None] | None = None
+    """Runs in the child before exec, after the parent-death hook (joining a cgroup)."""
+    socket_path: Path | None = None
+    """Where the server answers when not on `127.0.0.1:port`: a Unix socket."""
+    started: Callable[[int], None] | None = None
+    """Called in the parent with the child's pid right after the spawn."""
+
+
+class RolloutProcess:
+    """A running rollout server: its port, its health, its death, its output.
+
+    process = await RolloutProcess.start(env, rollout_dir, "main.py", env=variables,
+                                         artifact_root=root, log=log, redactor=redactor)
+    capacity = (await process.health())["concurrency"]["max_concurrent"]
+
+    Use `start()` to make one; `stop()` (or `async with`) ends it. `exited` is set the moment
+    the child dies, whoever killed it, so the engine drains its attempts back to pending.
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        *,
+        name: str,
+        port: int,
+        instance_id: str,
+        log: Callable[[str], None],
+        redactor: Redactor,
+        loop: asyncio.AbstractEventLoop,
+        socket_path: Path | None = None,
+    ) -> None:
+        self._popen = popen
+        self.name = name
+        self.port = port
+        self.pid = popen.pid
+        self.instance_id = instance_id
+        self.socket_path = socket_path
+        self.base_url = f"unix:{socket_path}" if socket_path else f"http://127.0.0.1:{port}"
+        self._health_url = "http://rollout" if socket_path else self.base_url
+        self._log = log
+        self._redactor = redactor
+        self._loop = loop
+        self._exited = asyncio.Event()
+        self._tail: deque[str] = deque(maxlen=_ERROR_TAIL_LINES)
+        self._pending: deque[str] = deque()
+        self._pending_lock = threading.Lock()
+        self._flush_scheduled = False
+        self._dropped = 0
+        self._stop_requested = False
+        self._reader = threading.Thread(
+            target=self._read_output, name=f"rollout-output-{self.pid}", daemon=True
+        )
+        self._waiter = threading.Thread(
+            target=self._wait_for_exit, name=f"rollout-wait-{self.pid}", daemon=True
+        )
+
+    @classmethod
+    async def start(
+        cls,
+        environment: RolloutEnvironment,
+        rollout_dir: Path,
+        entrypoint: str | Path,
+        *,
+        env: Mapping[str, str],
+        artifact_root: Path,
+        log: Callable[[str], None],
+        redactor: Redactor,
+        port: int | None = None,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
+        base_env: Mapping[str, str] | None = None,
+        name: str | None = None,
+        wrap: Callable[[Launch], Launch] | None = None,
+    ) -> RolloutProcess:
+        """Start `<environment.python> <entrypoint>` in `rollout_dir` and wait until
+        `GET /health` answers 200. `env` is the run's `[env]` table plus resolved secrets;
+        `base_env` defaults to `os.environ`; `name` (default: the rollout directory's) is what
+        messages call it; `wrap` may rewrite the launch (a sandbox). Raises `RolloutStartError`.
+
+        process = await RolloutProcess.start(env, Path("rollouts/multiply"), "main.py",
+                                             env={}, artifact_root=root, log=print,
+                                             redactor=Redactor([]))
+        """
+        # Spawned here, on the event loop's thread, not in a worker thread: the kernel's
+        # parent-death signal fires when the *thread* that forked the child ends.
+        process = cls._launch(
+            environment,
+            rollout_dir,
+            entrypoint,
+            env=env,
+            base_env=os.environ if base_env is None else base_env,
+            artifact_root=artifact_root,
+            port=port if port is not None else _free_port(),
+            log=log,
+            redactor=redactor,
+            name=name,
+            wrap=wrap,
+        )
+        process._reader.start()
+        process._waiter.start()
+        try:
+            await process._wait_healthy(startup_timeout)
+        except BaseException:
+            await process.stop()
+            raise
+        return process
+
+    @classmethod
+    def _launch(
+        cls,
+        environment: RolloutEnvironment,
+        rollout_dir: Path,
+        entrypoint: str | Path,
+        *,
+        env: Mapping[str, str],
+        base_env: Mapping[str, str],
+        artifact_root: Path,
+        port: int,
+        log: Callable[[str], None],
+        redactor: Redactor,
+        name: str | None,
+        wrap: Callable[[Launch], Launch] | None = None,
+    ) -> RolloutProcess:
+        instance_id = uuid.uuid4().hex
+        rollout_dir = rollout_dir.resolve()
+        entrypoint_path = rollout_dir / entrypoint
+        if not entrypoint_path.is_file():
+            raise RolloutStartError(
+                f"rollout {rollout_dir.name!r}: entrypoint {entrypoint_path} does not exist",
+                returncode=None,
+                output=[],
+            )
+        artifact_root = artifact_root.resolve()
+        artifact_root.mkdir(parents=True, exist_ok=True)
+        child_env = child_environment(
+            base_env=base_env,
+            env=env,
+            environment=environment,
+            port=port,
+            artifact_root=artifact_root,
+            instance_id=instance_id,
+        )
+        launch = Launch([str(environment.python), str(entrypoint_path)], child_env, rollout_dir)
+        if wrap is not None:
+            launch = wrap(launch)
+        try:
+            popen = subprocess.Popen(
+                launch.argv,
+                cwd=launch.cwd,
+                env=launch.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,  # one stream keeps tracebacks in order with the prints
+                start_new_session=True,
+                pass_fds=launch.pass_fds,
+                preexec_fn=_chain(_die_with_parent_hook(), launch.preexec),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. the interpreter was deleted
+            raise RolloutStartError(
+                f"rollout {rollout_dir.name!r}: cannot execute {launch.argv[0]}: {exc}",
+                returncode=None,
+                output=[],
+            ) from exc
+        _LIVE[popen.pid] = popen
+        if launch.started is not None:
+            try:
+                launch.started(popen.pid)
+            except BaseException:
+                _signal_group(popen.pid, signal.SIGKILL)
+                popen.wait()
+                _LIVE.pop(popen.pid, None)
+                raise
+        return cls(
+            popen,
+            name=name or rollout_dir.name,
+            port=port,
+            instance_id=instance_id,
+            log=log,
+            redactor=redactor,
+            loop=asyncio.get_running_loop(),
+            socket_path=launch.socket_path,
+        )
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child has exited (negative: killed by that signal)."""
+        return self._popen.returncode
+
+    @property
+    def alive(self) -> bool:
+        """True until the child has exited."""
+        return not self._exited.is_set() and self._popen.returncode is None
+
+    @property
+    def exited(self) -> asyncio.Event:
+        """Set when the child exits, for whatever reason. Do not set it yourself."""
+        return self._exited
+
+    @property
+    def exit_reason(self) -> str:
+        """Why the child is gone: its exit code or signal and its last error line (the end of
+        a traceback, or a line that says error), redacted; '' while alive.
+
+        process.exit_reason  # "rollout server 'x' exited unexpectedly (code 3): ValueError: boom"
+        """
+        if self.alive:
+            return ""
+        if self._stop_requested:
+            return f"rollout server {self.name!r} was stopped"
+        code = self.returncode
+        how = f"code {code}"
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                how += f", killed by {signal.Signals(-code).name}"
+        reason = f"rollout server {self.name!r} exited unexpectedly ({how})"
+        cause = last_error_line(self._tail)
+        return f"{reason}: {cause}" if cause else reason
+
+    @property
+    def output_tail(self) -> list[str]:
+        """The child's last lines of output, redacted."""
+        return list(self._tail)
+
+    async def wait_dead(self) -> int | None:
+        """Wait until the child exits and return its exit code.
+
+        died = asyncio.create_task(process.wait_dead())  # halt dispatch when it completes
+        """
+        await self._exited.wait()
+        return self._popen.returncode
+
+    async def health(self) -> dict[str, Any]:
+        """The `GET /health` document; the engine reads `concurrency.max_concurrent` from it.
+
+        (await process.health())["status"]  # 'ok'
+        """
+        async with self._http(timeout=_HEALTH_REQUEST_SEC) as client:
+            response = await client.get(f"{self._health_url}/health")
+        response.raise_for_status()
+        document: dict[str, Any] = response.json()
+        return document
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    async def stop(self, grace: float = DEFAULT_STOP_GRACE_SEC) -> int | None:
+        """SIGTERM the process group, wait up to `grace` seconds, then SIGKILL it. Idempotent;
+        if the wait is cancelled (Ctrl-C), the group is killed at once. Returns the exit code.
+
+        await process.stop()
+        """
+        try:
+            if not self._stop_requested:
+                self._stop_requested = True
+                _signal_group(self.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), timeout=grace)
+            # Also reaches members of the group that outlived (or ignored) the leader.
+            _signal_group(self.pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):  # unkillable (stuck in the kernel): give up
+                await asyncio.wait_for(self._exited.wait(), timeout=_KILL_WAIT_SEC)
+            await asyncio.to_thread(self._reader.join, _READER_JOIN_SEC)
+        except BaseException:
+            _signal_group(self.pid, signal.SIGKILL)  # cancelled mid-stop: never leave it running
+            raise
+        finally:
+            if self._popen.returncode is not None:
+                _LIVE.pop(self.pid, None)
+        return self._popen.returncode
+
+    async def __aenter__(self) -> RolloutProcess:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # --- starting ----------------------------------------------------------------------------
+
+    async def _wait_healthy(self, budget_sec: float) -> None:
+        deadline = time.monotonic() + budget_sec
+        interval = 0.05
+        async with self._http() as client:
+            while True:
+                if self._exited.is_set():
+                    await asyncio.to_thread(self._reader.join, _READER_JOIN_SEC)  # final lines
+                    raise RolloutStartError(
+                        f"rollout {self.name!r} exited with code {self.returncode} before "
+                        "it answered GET /health",
+                        returncode=self.returncode,
+                        output=self.output_tail,
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RolloutStartError(
+                        f"rollout {self.name!r} did not answer GET /health with 200 within "
+                        f"{budget_sec:g} s (still running; stopped)",
+                        returncode=None,
+                        output=self.output_tail,
+                    )
+                if await self._answers_health(client, min(_HEALTH_REQUEST_SEC, remaining)):
+                    return
+                with contextlib.suppress(TimeoutError):
+                    wait = min(interval, max(deadline - time.monotonic(), 0))
+                    await asyncio.wait_for(self._exited.wait(), timeout=wait)
+                interval = min(interval * 1.5, 0.5)
+
+    def _http(self, timeout: float | None = None) -> httpx.AsyncClient:
+        # No proxy for loopback; a sandboxed server answers on its Unix socket.
+        transport = (
+            httpx.AsyncHTTPTransport(uds=str(self.socket_path)) if self.socket_path else None
+        )
+        return httpx.AsyncClient(timeout=timeout, trust_env=False, transport=transport)
+
+    async def _answers_health(self, client: httpx.AsyncClient, request_sec: float) -> bool:
+        try:
+            response = await client.get(f"{self._health_url}/health", timeout=request_sec)
+            body = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return False
+        if not isinstance(body, dict):
+            return False
+        # Both SDKs echo the instance id we handed over; another id is another server that
+        # happens to hold the port, not ours.
+        answered = body.get("instance_id")
+        return answered is None or answered == self.instance_id
+
+    # --- threads -----------------------------------------------------------------------------
+
+    def _read_output(self) -> None:
+        """Drain the child's pipe for its whole life, so it never blocks on a full pipe, and
+        hand redacted lines to the event loop, whatever the speed of `log`."""
+        stream: IO[bytes] | None = self._popen.stdout
+        if stream is None:
+            return
+        try:
+            while True:
+                raw = stream.readline(_MAX_LINE_BYTES)
+                if not raw:
+                    break
+                line = self._redactor.redact(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                self._tail.append(line)
+                self._queue(line)
+        except (OSError, ValueError):
+            pass  # the pipe went away with the process
+        finally:
+            stream.close()
+
+    def _queue(self, line: str) -> None:
+        with self._pending_lock:
+            if len(self._pending) >= _MAX_PENDING_LINES:
+                self._pending.popleft()
+                self._dropped += 1
+            self._pending.append(line)
+            if self._flush_scheduled:
+                return
+            self._flush_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: nobody is left to read the log
+            with self._pending_lock:
+                self._pending.clear()
+                self._flush_scheduled = False
+
+    def _flush(self) -> None:
+        with self._pending_lock:
+            lines = list(self._pending)
+            self._pending.clear()
+            dropped, self._dropped = self._dropped, 0
+            self._flush_scheduled = False
+        if dropped:
+            self._emit(f"… {dropped} lines dropped: the log could not keep up")
+        for line in lines:
+            self._emit(line)
+
+    def _emit(self, line: str) -> None:
+        with contextlib.suppress(Exception):  # a failing log must not take the loop down
+            self._log(LOG_PREFIX + line)
+
+    def _wait_for_exit(self) -> None:
+        self._popen.wait()
+        with contextlib.suppress(RuntimeError):  # loop closed: no one is waiting any more
+            self._loop.call_soon_threadsafe(self._exited.set)
+
+
+def last_error_line(lines: Iterable[str]) -> str | None:
+    """The line of a process's output that says why it failed: the last traceback line
+    (`ValueError: boom`), else the last line that says error; None when none does (the last
+    line is then often just "Uvicorn running on ...", which explains nothing).
+
+    last_error_line(["Traceback (most recent call last):", "  ...", "KeyError: 'x'"])
+    # "KeyError: 'x'"
+    """
+    kept = [line.strip() for line in lines if line.strip()]
+    for pattern in (_EXCEPTION_LINE, _ERROR_LINE):
+        found = next((line for line in reversed(kept) if pattern.search(line)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+# --- dying with the engine --------------------------------------------------------------------
+
+_prctl: Any = None
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A `preexec_fn` asking the kernel to SIGKILL the child when its parent dies (Linux).
+
+    libc is loaded here, in the parent: between fork and exec the child may only call what is
+    already resolved, or it could deadlock on a lock another thread held at fork time.
+    """
+    global _prctl
+    if not sys.platform.startswith("linux"):
+        return None
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            return None
+        _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong]
+        _prctl.restype = ctypes.c_int
+    prctl = _prctl
+    parent = os.getpid()
+    deathsig = int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, deathsig, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
+def _chain(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One `preexec_fn` running each hook in order (None when there is none)."""
+    present = [hook for hook in hooks if hook is not None]
+    if not present:
+        return None
+
+    def run() -> None:
+        for hook in present:
+            hook()
+
+    return run
+
+
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process not yet stopped
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    """Last resort at interpreter exit (including after Ctrl-C): TERM, a short grace, KILL."""
+    if not _LIVE:
+        return
+    for pid in _LIVE:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(p.poll() is None for p in _LIVE.values()):
+        time.sleep(0.05)
+    for pid in _LIVE:
+        _signal_group(pid, signal.SIGKILL)
+    _LIVE.clear()
+
+
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_SEC",
+    "DEFAULT_STOP_GRACE_SEC",
+    "LOG_PREFIX",
+    "OFFLINE_DEFAULTS",
+    "PROVIDER_CREDENTIAL_VARIABLES",
+    "Launch",
+    "RolloutProcess",
+    "RolloutStartError",
+    "child_environment",
+    "last_error_line",
+]

@@ -1,0 +1,238 @@
+"""What a sandboxed rollout server sees: the bwrap arguments for its file system.
+
+    args = bwrap_mounts(layout)   # ['--ro-bind', '/usr', '/usr', ..., '--bind', trials, trials]
+
+Everything is bound at its own path, so the venv's scripts, `pyvenv.cfg`, the rollout's cwd
+and `_OSMOSIS_ROLLOUT_ARTIFACT_ROOT` mean the same inside. Visible, in this order:
+
+- read-only: `/usr` (and `/bin`, `/lib`… as on the host), a short list of `/etc` files that
+  programs need and that hold nothing private (the loader cache, CA certificates, time zone,
+  `services`…), generated `passwd`/`group`/`hosts`/`hostname` (and `resolv.conf` for `full`),
+  the interpreter (the venv, and the Python it was made from: `pyvenv.cfg`'s `home`, the
+  resolved `bin/python`), the workspace checkout;
+- hidden again under an empty tmpfs: `hidden` paths inside those binds (a local workspace's
+  `.osmosis/`, where other runs and environments live);
+- read-write: the run's trial directory (each attempt's `trajectory.json` and `artifacts/`);
+- fresh: `/proc` of the sandbox's own PID namespace, a minimal `/dev`, tmpfs `/tmp`
+  (size-capped) and `HOME` (`/home/rollout`), `/run/osmosis/` with the shim and the bridge's
+  socket directory (read-only).
+
+Nothing else of the host exists inside: no `/sys`, `/run`, `/var`, `/root`, `/home`, no other
+checkout, run, environment or the platform's home.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from osmosis.eval.sites.sandbox.policy import NetworkMode
+from osmosis.eval.sites.sandbox.support import system_binds
+
+SANDBOX_HOME = "/home/rollout"
+SANDBOX_RUN = "/run/osmosis"
+SHIM_PATH = f"{SANDBOX_RUN}/shim.py"
+BRIDGE_DIR = f"{SANDBOX_RUN}/bridge"
+BRIDGE_SOCKET = f"{BRIDGE_DIR}/bridge.sock"
+SANDBOX_USER = "rollout"
+
+# /etc entries a program may read that hold nothing private (no shadow, no ssh, no sudoers).
+_ETC_PASSTHROUGH = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "host.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "pki",
+    "protocols",
+    "services",
+    "ssl",
+    "timezone",
+)
+_SYSTEM_PREFIXES = (Path("/usr"),)
+# The sandbox's uid is the engine's outside; when that is root, files in /proc that only check
+# ownership (sysctls such as kernel.core_pattern: a host escape; sysrq-trigger) would be
+# writable. /proc/sys is covered read-only (its values are the sandbox's own namespaces'),
+# the rest of what container runtimes hide is covered by /dev/null or an empty tmpfs.
+_PROC_FILES = (
+    "sysrq-trigger",
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kmsg",
+)
+_PROC_DIRS = ("acpi", "asound", "scsi", "fs")
+
+
+def _proc_covers() -> list[str]:
+    """Only what exists (the sandbox's /proc has the host kernel's entries): bwrap cannot
+    create a mount point inside procfs."""
+    args = ["--ro-bind", "/proc/sys", "/proc/sys"]
+    for name in _PROC_FILES:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in _PROC_DIRS:
+        if os.path.isdir(f"/proc/{name}"):
+            args += ["--tmpfs", f"/proc/{name}"]
+    return args
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """The host paths one sandbox is made of."""
+
+    workspace: Path
+    """The run's checkout (or local workspace): read-only."""
+    rollout_dir: Path
+    """Where the server starts (its cwd); inside `workspace` normally."""
+    trials_root: Path
+    """The run's trial directory: the one writable place."""
+    python: Path
+    """The interpreter that runs the entrypoint."""
+    venv: Path | None
+    """The rollout's venv; None: `python` is the engine's own interpreter."""
+    site_dir: Path
+    """The site's private directory: `bridge/` (socket) and `etc/` (generated files)."""
+    shim: Path
+    network: NetworkMode = "bridge"
+    tmp_bytes: int = 1024**3
+    hidden: Sequence[Path] = field(default_factory=tuple)
+    """Paths inside the read-only binds that must not be visible (masked by a tmpfs)."""
+
+
+def bwrap_mounts(layout: SandboxLayout) -> list[str]:
+    """The file-system half of the bwrap command line (see the module docstring)."""
+    # Fresh file systems first: a bind below (a checkout under /tmp) must land on top of them.
+    args = ["--proc", "/proc", *_proc_covers(), "--dev", "/dev"]
+    args += ["--size", str(layout.tmp_bytes), "--tmpfs", "/tmp"]
+    args += ["--tmpfs", SANDBOX_HOME, "--tmpfs", "/run"]
+    args += system_binds()
+    for name in _ETC_PASSTHROUGH:
+        path = Path("/etc") / name
+        args += ["--ro-bind-try", str(path), str(path)]
+    etc = layout.site_dir / "etc"
+    generated = ["passwd", "group", "hosts", "hostname"]
+    if layout.network == "full":
+        generated.append("resolv.conf")
+    for name in generated:
+        args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+    readonly = [*interpreter_dirs(layout.python, layout.venv), layout.workspace]
+    outermost = _outermost(readonly)
+    for path in outermost:
+        args += ["--ro-bind", str(path), str(path)]
+    masked = [
+        path
+        for path in _outermost(layout.hidden)
+        if path.exists() and any(_within(path, bound) and path != bound for bound in outermost)
+    ]
+    for path in masked:
+        args += ["--tmpfs", str(path)]
+    # Re-bound after the masks: the venv may sit inside a hidden path (a local `.osmosis/`).
+    for path in _outermost(p for p in readonly if any(_within(p, m) for m in masked)):
+        args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(layout.trials_root), str(layout.trials_root)]
+    args += ["--ro-bind", str(layout.shim), SHIM_PATH]
+    args += ["--ro-bind", str(layout.site_dir / "bridge"), BRIDGE_DIR]
+    args += ["--chdir", str(layout.rollout_dir)]
+    return args
+
+
+def write_etc(site_dir: Path, network: NetworkMode) -> None:
+    """The generated `/etc` files of every sandbox of a site: a user of our own (uid 1000),
+    loopback names, and slirp4netns' DNS for `full`."""
+    etc = site_dir / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    files = {
+        "passwd": f"{SANDBOX_USER}:x:1000:1000:rollout:{SANDBOX_HOME}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"{SANDBOX_USER}:x:1000:\nnogroup:x:65534:\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n",
+        "hostname": "osmosis-sandbox\n",
+    }
+    if network == "full":
+        files["resolv.conf"] = "nameserver 10.0.2.3\n"  # slirp4netns' DNS forwarder
+    for name, text in files.items():
+        (etc / name).write_text(text)
+    (site_dir / "bridge").mkdir(exist_ok=True)
+
+
+def interpreter_dirs(python: Path, venv: Path | None) -> list[Path]:
+    """The directories an interpreter needs, outside `/usr`: the venv and the Python it was
+    made from; for the engine's own interpreter, its prefixes. And our SDK's source when it is a
+    development install.
+
+    Never paths a venv's own files name (`.pth` lines: a dependency could name any directory),
+    nor the engine's `sys.path` (`python -m` puts the working directory there, `/root` say).
+    """
+    found: list[Path] = []
+    if venv is not None:
+        found.append(venv)
+        home = _pyvenv_home(venv / "pyvenv.cfg")
+        if home is not None:
+            found.append(home.parent if home.name == "bin" else home)
+        resolved = (venv / "bin" / "python").resolve()
+        found.append(resolved.parent.parent)
+    else:
+        found += [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)]
+        found.append(Path(os.path.realpath(python)).parent.parent)
+    # Our own SDK when it is a development install (`-e`): the venv's .pth points at it.
+    import osmosis
+
+    found.append(Path(osmosis.__file__).resolve().parent.parent)
+    kept: list[Path] = []
+    for path in found:
+        path = Path(os.path.realpath(path)) if path.is_symlink() else path
+        if not path.exists() or any(_within(path, system) for system in _SYSTEM_PREFIXES):
+            continue
+        kept.append(path)
+    return _outermost(kept)
+
+
+def _pyvenv_home(config: Path) -> Path | None:
+    try:
+        lines = config.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            return Path(value.strip())
+    return None
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """Each path once, leaving out those inside another one of the list."""
+    unique = sorted({Path(p) for p in paths}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in unique:
+        if not any(_within(path, outer) for outer in kept):
+            kept.append(path)
+    return kept
+
+
+def _within(path: Path, outer: Path) -> bool:
+    return path == outer or outer in path.parents
+
+
+__all__ = [
+    "BRIDGE_SOCKET",
+    "SANDBOX_HOME",
+    "SHIM_PATH",
+    "SandboxLayout",
+    "bwrap_mounts",
+    "interpreter_dirs",
+    "write_etc",
+]

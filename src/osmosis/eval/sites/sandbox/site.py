@@ -1,0 +1,594 @@
+"""The sandbox site: each rollout server under bubblewrap, reaching only its run and the bridge.
+
+    site = SandboxSite(environment, rollout_dir, "main.py", env=variables,
+                       trials_root=run_dir / "rollout_trials", log=log, redactor=redactor,
+                       policy=SandboxPolicy(), workspace=checkout,
+                       bridge_url=bridge.base_url, bridge_address=("127.0.0.1", port))
+    async with site:
+        await site.start(replicas=2)
+        ...                               # Engine(site=site, ...), as with the local site
+
+It is the local-process site with three differences (see `osmosis.eval.sites.sandbox` for the
+sandbox itself):
+
+- **Launch.** `RolloutProcess` starts `bwrap … -- python -I -S shim.py … -- python main.py`:
+  new user, PID, IPC, UTS, mount and network namespaces, the file system of
+  `osmosis.eval.sites.sandbox.layout`, a clean environment, inside a cgroup with the policy's
+  limits.
+  The engine reaches the server through a Unix socket whose listening descriptor the shim
+  holds; the rollout reaches the bridge through the shim and this site's `BridgeForwarder`.
+- **Outputs.** The rollout writes its attempts under `<trials_root>.sandbox/<rollout_id>`
+  (the only writable bind). `trial()` moves `trajectory.json`, `diagnostics.json` (regular
+  files) and `artifacts/` (a real directory) into a fresh `trials_root/<rollout_id>` the
+  sandbox cannot see, so nothing the engine reads can be swapped for a link afterwards.
+- **Limits.** A watcher reads the cgroup's counters; when the memory or process limit is hit
+  it marks the endpoint dead with a `death_reason` starting `resource_limit` *before* it kills
+  the sandbox, so the engine charges the attempt that ran alone on it and requeues the others
+  as suspects (re-run alone). A finished attempt whose files reached the file-size limit or
+  exceed the output bytes is answered as a failure `resource_limit` instead of its result.
+  Restarts after a resource limit do not use the endpoint's restart budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import stat
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.api import Lease, RolloutAPI
+from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.eval.sites.local import (
+    DEFAULT_MAX_RESTARTS,
+    LocalEndpoint,
+    LocalProcessSite,
+    capacity_of,
+)
+from osmosis.eval.sites.rollout_client import RolloutClient
+from osmosis.eval.sites.rollout_process import (
+    DEFAULT_STARTUP_TIMEOUT_SEC,
+    Launch,
+    RolloutProcess,
+    RolloutStartError,
+)
+from osmosis.eval.sites.sandbox.environment import clean_base_env
+from osmosis.eval.sites.sandbox.layout import (
+    BRIDGE_SOCKET,
+    SANDBOX_HOME,
+    SHIM_PATH,
+    SandboxLayout,
+    bwrap_mounts,
+    write_etc,
+)
+from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
+from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
+from osmosis.eval.sites.sandbox.policy import (
+    MAX_TRIAL_ENTRIES,
+    RESOURCE_LIMIT_PREFIX,
+    SandboxLimits,
+    SandboxPolicy,
+)
+from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
+from osmosis.eval.sites.seam import Endpoint
+from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
+from osmosis.rollout.types import RolloutStatus
+
+SHIM_SOURCE = Path(__file__).resolve().with_name("shim.py")
+MAX_LIMIT_RESTARTS = 100
+"""Restarts after a resource limit a site grants in all (they do not use the budget)."""
+
+_SITE_PREFIX = "osmosis-sbx-"
+_WATCH_SEC = 0.2
+_INFO_WAIT_SEC = 10.0
+_TRIAL_FILES = ("trajectory.json", "diagnostics.json")
+
+
+class SandboxEndpoint(LocalEndpoint):
+    """One sandboxed rollout server: its process, its cgroup, its socket, its verdicts."""
+
+    def __init__(
+        self,
+        name: str,
+        process: RolloutProcess,
+        client: RolloutClient,
+        *,
+        capacity: int | None,
+        trials_root: Path,
+        outbox: Path,
+        group: LimitGroup,
+        slirp: Slirp | None,
+        socket_path: Path,
+    ) -> None:
+        super().__init__(name, process, client, capacity=capacity, trials_root=trials_root)
+        self.outbox = outbox
+        self.group = group
+        self.slirp = slirp
+        self.socket_path = socket_path
+        self.limit_hit: str | None = None
+        """Which limit killed the server, in words; None while it has not."""
+        self._dead = asyncio.Event()
+        self._api = _LimitedAPI(client, self)
+        self._watcher = asyncio.create_task(self._watch(), name=f"sandbox-watch-{name}")
+
+    @property
+    def api(self) -> RolloutAPI:
+        return self._api
+
+    @property
+    def dead(self) -> asyncio.Event:
+        return self._dead
+
+    @property
+    def death_reason(self) -> str:
+        if self.limit_hit is not None:
+            return (
+                f"{RESOURCE_LIMIT_PREFIX}: rollout server {self.name!r} exceeded its "
+                f"{self.limit_hit}"
+            )
+        return self.process.exit_reason
+
+    async def trial(self, rollout_id: str) -> Path | None:
+        return await asyncio.to_thread(self._take_trial, rollout_id)
+
+    def _take_trial(self, rollout_id: str) -> Path | None:
+        """Move what the engine reads out of the sandbox's reach (see the module docstring)."""
+        source = self.outbox / rollout_id
+        try:
+            if not stat.S_ISDIR(os.lstat(source).st_mode):
+                return None
+        except OSError:
+            return None
+        dest = self._trials_root / rollout_id
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, wanted in (
+            *((n, stat.S_ISREG) for n in _TRIAL_FILES),
+            ("artifacts", stat.S_ISDIR),
+        ):
+            with contextlib.suppress(OSError):
+                os.rename(source / name, dest / name)
+            with contextlib.suppress(OSError):
+                if not wanted(os.lstat(dest / name).st_mode):  # swapped for a link meanwhile
+                    _remove(dest / name)
+        _remove(source)
+        return dest
+
+    def attempt_verdict(self, rollout_id: str, result: RolloutResultResponse) -> str | None:
+        """The limit a finished attempt exceeded, in words; None when it stayed within."""
+        limits = self.group.limits
+        usage = _usage(self.outbox / rollout_id, limits)
+        if usage is not None:
+            return usage
+        message = result.err_message or ""
+        if (
+            not self.group.is_cgroup
+            and result.status is not RolloutStatus.SUCCESS
+            and "MemoryError" in message
+        ):
+            return f"memory limit ({limits.memory_bytes} bytes of address space): MemoryError"
+        return None
+
+    async def _watch(self) -> None:
+        exited = self.process.exited
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(exited.wait(), _WATCH_SEC)
+            if self.limit_hit is None:
+                self.limit_hit = await asyncio.to_thread(self.group.exceeded)
+                if self.limit_hit is None and exited.is_set():
+                    self.limit_hit = _rlimit_death(self.process.returncode, self.group.limits)
+            if self.limit_hit is not None and not exited.is_set():
+                # Dead first: the engine sorts the attempts in flight before the kill drops
+                # their connections (the charged one is then recorded, not requeued).
+                self._dead.set()
+                await asyncio.sleep(0)
+                await asyncio.to_thread(self.group.kill)
+                await self.process.stop(grace=0)
+            if exited.is_set():
+                self._dead.set()
+                return
+
+    async def stop(self) -> None:
+        self._watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._watcher
+        try:
+            await super().stop()
+        finally:
+            await asyncio.to_thread(self._release)
+
+    def _release(self) -> None:
+        self.group.kill()
+        self.group.remove()
+        if self.slirp is not None:
+            self.slirp.stop()
+        with contextlib.suppress(OSError):
+            self.socket_path.unlink()
+
+
+class _LimitedAPI:
+    """The endpoint's `RolloutClient`, with each finished attempt checked against the file
+    limits (a limit exceeded answers a failure `resource_limit` instead of the result)."""
+
+    def __init__(self, client: RolloutClient, endpoint: SandboxEndpoint) -> None:
+        self._client = client
+        self._endpoint = endpoint
+
+    async def health(self) -> dict[str, object]:
+        return await self._client.health()
+
+    async def start(self, request: RolloutInitRequest) -> Lease:
+        return await self._client.start(request)
+
+    async def wait(
+        self, lease: Lease, *, deadline_sec: float | None = None
+    ) -> RolloutResultResponse:
+        result = await self._client.wait(lease, deadline_sec=deadline_sec)
+        verdict = await asyncio.to_thread(self._endpoint.attempt_verdict, lease.rollout_id, result)
+        if verdict is None:
+            return result
+        return RolloutResultResponse(
+            rollout_id=lease.rollout_id,
+            status=RolloutStatus.FAILURE,
+            err_message=f"{RESOURCE_LIMIT_PREFIX}: the attempt exceeded its {verdict}",
+        )
+
+    async def cancel(self, rollout_ids: list[str]) -> dict[str, str]:
+        return await self._client.cancel(rollout_ids)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class SandboxSite(LocalProcessSite):
+    """Starts N sandboxed rollout servers, replaces dead ones, stops them all."""
+
+    def __init__(
+        self,
+        environment: RolloutEnvironment,
+        rollout_dir: Path,
+        entrypoint: str | Path,
+        *,
+        env: Mapping[str, str],
+        trials_root: Path,
+        log: Callable[[str], None],
+        redactor: Redactor,
+        policy: SandboxPolicy,
+        workspace: Path,
+        bridge_url: str,
+        bridge_address: tuple[str, int],
+        hidden: Sequence[Path] = (),
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            environment,
+            rollout_dir,
+            entrypoint,
+            env=env,
+            trials_root=trials_root,
+            log=log,
+            redactor=redactor,
+            max_restarts=max_restarts,
+            startup_timeout=startup_timeout,
+            base_env=clean_base_env(os.environ, home=SANDBOX_HOME)
+            if base_env is None
+            else base_env,
+        )
+        port = urlsplit(bridge_url).port
+        if port is None:
+            raise ValueError(f"the bridge URL {bridge_url!r} names no port")
+        self.policy = policy
+        self.workspace = workspace.resolve()
+        self.bridge_port = port
+        self.bridge_address = bridge_address
+        self.hidden = tuple(hidden)
+        self.outbox = trials_root.parent / f"{trials_root.name}.sandbox"
+        self.support: SandboxSupport | None = None
+        self._site_dir: Path | None = None
+        self._forwarder: BridgeForwarder | None = None
+        self._described = False
+        self._limit_restarts = 0
+
+    async def start(self, replicas: int = 1) -> None:
+        """Check the sandbox works here (`SandboxUnavailable` otherwise), prepare the site's
+        directory and the bridge's socket, then start the servers as the local site does."""
+        self.support = await asyncio.to_thread(probe_sandbox, self.policy.bwrap)
+        self.support.require()
+        await asyncio.to_thread(_sweep_site_dirs)
+        self._site_dir = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))  # 0700: ours only
+        (self._site_dir / "owner.pid").write_text(str(os.getpid()))
+        write_etc(self._site_dir, self.policy.network)
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        host, port = self.bridge_address
+        self._forwarder = await BridgeForwarder.start(
+            self._site_dir / "bridge" / "bridge.sock", host, port
+        )
+        self.log(
+            f"sandbox: {self.support.version or 'bwrap'} ({self.support.bwrap}), network "
+            f"{self.policy.network}: the rollout reaches the model bridge"
+            + (
+                " and the internet, never the host's loopback"
+                if self.policy.network == "full"
+                else " and nothing else"
+            )
+        )
+        try:
+            await super().start(replicas)
+        except BaseException:
+            await self._close()
+            raise
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            await forwarder.stop()
+        site_dir, self._site_dir = self._site_dir, None
+        if site_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, site_dir, True)
+        await asyncio.to_thread(_remove, self.outbox)
+
+    def _free_restart(self, endpoint: Endpoint) -> str | None:
+        if (
+            isinstance(endpoint, SandboxEndpoint)
+            and endpoint.limit_hit is not None
+            and self._limit_restarts < MAX_LIMIT_RESTARTS
+        ):
+            self._limit_restarts += 1
+            return "after a resource limit; not counted as a restart"
+        return None
+
+    async def _launch(self, name: str) -> LocalEndpoint:
+        assert self._site_dir is not None and self.support is not None, "start() first"
+        group = await asyncio.to_thread(create_limit_group, name, self.policy.limits)
+        if not self._described:
+            self._described = True
+            self.log(f"sandbox {group.describe()}")
+        socket_path = self._site_dir / f"{name[:40]}-{uuid.uuid4().hex[:8]}.sock"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        launcher = _Launcher(self, group, listener, socket_path)
+        try:
+            listener.bind(str(socket_path))
+            listener.listen(LISTEN_BACKLOG)  # the shim serves it with the same backlog
+            process = await RolloutProcess.start(
+                self.environment,
+                self.rollout_dir,
+                self.entrypoint,
+                env=self.env,
+                artifact_root=self.outbox,
+                log=self.log,
+                redactor=self.redactor,
+                startup_timeout=self.startup_timeout,
+                name=name,
+                base_env=self.base_env,
+                wrap=launcher.wrap,
+            )
+        except RolloutStartError as error:
+            hit = group.exceeded()
+            launcher.release()
+            _release_group(group, socket_path)
+            if hit is None:
+                raise
+            raise RolloutStartError(
+                f"{RESOURCE_LIMIT_PREFIX}: rollout {name!r} exceeded its {hit} while starting",
+                returncode=error.returncode,
+                output=error.output_tail,
+            ) from None
+        except BaseException:
+            launcher.release()
+            _release_group(group, socket_path)
+            raise
+        finally:
+            listener.close()  # the shim holds its own copy; ours would queue dead connections
+        client = RolloutClient("http://rollout", unix_socket=socket_path)
+        try:
+            capacity = capacity_of(await client.health())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+            await process.stop()
+            launcher.release()
+            _release_group(group, socket_path)
+            raise
+        return SandboxEndpoint(
+            name,
+            process,
+            client,
+            capacity=capacity,
+            trials_root=self.trials_root,
+            outbox=self.outbox,
+            group=group,
+            slirp=launcher.slirp,
+            socket_path=socket_path,
+        )
+
+
+class _Launcher:
+    """Wraps one launch in bwrap + the shim; for `full` network, attaches slirp4netns while
+    bwrap waits (`--info-fd` tells the sandbox's pid, `--block-fd` holds the command)."""
+
+    def __init__(
+        self, site: SandboxSite, group: LimitGroup, listener: socket.socket, socket_path: Path
+    ) -> None:
+        self.site = site
+        self.group = group
+        self.listener = listener
+        self.socket_path = socket_path
+        self.slirp: Slirp | None = None
+        self._pipes: dict[str, int] = {}
+
+    def wrap(self, launch: Launch) -> Launch:
+        site, support = self.site, self.site.support
+        assert support is not None and support.bwrap is not None and site._site_dir is not None
+        policy = site.policy
+        layout = SandboxLayout(
+            workspace=site.workspace,
+            rollout_dir=launch.cwd,
+            trials_root=site.outbox,
+            python=Path(launch.argv[0]),
+            venv=site.environment.venv,
+            site_dir=site._site_dir,
+            shim=SHIM_SOURCE,
+            network=policy.network,
+            tmp_bytes=policy.limits.memory_bytes,
+            hidden=site.hidden,
+        )
+        argv = [
+            str(support.bwrap),
+            *namespace_flags(disable_userns=support.disable_userns),
+            *bwrap_mounts(layout),
+        ]
+        pass_fds = [self.listener.fileno()]
+        if policy.network == "full":
+            info_read, info_write = os.pipe()
+            block_read, block_write = os.pipe()
+            self._pipes = {"info_read": info_read, "info_write": info_write}
+            self._pipes |= {"block_read": block_read, "block_write": block_write}
+            argv += ["--info-fd", str(info_write), "--block-fd", str(block_read)]
+            pass_fds += [info_write, block_read]
+        argv += [
+            "--",
+            launch.argv[0],
+            "-I",  # the shim: no site, no user paths, no PYTHON* variables
+            "-S",
+            SHIM_PATH,
+            "--listen-fd",
+            str(self.listener.fileno()),
+            "--rollout-port",
+            launch.env["_OSMOSIS_ROLLOUT_PORT"],
+            "--bridge-port",
+            str(site.bridge_port),
+            "--bridge-socket",
+            BRIDGE_SOCKET,
+            *(f"--rlimit={limit}" for limit in self.group.shim_rlimits()),
+            "--",
+            *launch.argv,
+        ]
+        return Launch(
+            argv=argv,
+            env=launch.env,
+            cwd=launch.cwd,
+            pass_fds=tuple(pass_fds),
+            preexec=self.group.prepare_join(),
+            socket_path=self.socket_path,
+            started=self.started,
+        )
+
+    def started(self, pid: int) -> None:
+        self.group.joined()
+        self.listener.close()
+        if not self._pipes:
+            return
+        os.close(self._pipes.pop("info_write"))
+        os.close(self._pipes.pop("block_read"))
+        sandbox_pid = _read_child_pid(self._pipes["info_read"])
+        self.slirp = Slirp.attach(sandbox_pid)
+        os.write(self._pipes["block_write"], b"1")  # bwrap may now exec the shim
+        self.release()
+
+    def release(self) -> None:
+        for fd in self._pipes.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pipes.clear()
+
+
+def _read_child_pid(fd: int) -> int:
+    data = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], _INFO_WAIT_SEC)
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            raise RolloutStartError(
+                "bwrap did not say the sandbox's pid (--info-fd)", returncode=None, output=[]
+            )
+        data += chunk
+        with contextlib.suppress(ValueError):
+            return int(json.loads(data)["child-pid"])
+
+
+def _usage(directory: Path, limits: SandboxLimits) -> str | None:
+    """Whether an attempt's directory broke a file limit: a file at the file-size limit (the
+    kernel stopped it there), more bytes or entries than allowed. Links are not followed."""
+    total = entries = 0
+    stack = [directory]
+    while stack:
+        try:
+            scan = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with scan:
+            for entry in scan:
+                entries += 1
+                if entries > MAX_TRIAL_ENTRIES:
+                    return f"limit of {MAX_TRIAL_ENTRIES} files and directories"
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(Path(entry.path))
+                elif stat.S_ISREG(info.st_mode):
+                    if info.st_size >= limits.file_bytes:
+                        name = os.path.relpath(entry.path, directory)
+                        return f"file size limit ({limits.file_bytes} bytes): {name}"
+                    total += info.st_size
+                    if total > limits.artifact_bytes:
+                        return f"output limit ({limits.artifact_bytes} bytes per attempt)"
+    return None
+
+
+def _rlimit_death(returncode: int | None, limits: SandboxLimits) -> str | None:
+    """A server the kernel killed for CPU time (SIGXCPU: the shim exits 128 + 24)."""
+    if returncode is not None and returncode in (128 + 24, -24) and limits.cpu_seconds:
+        return f"CPU time limit ({limits.cpu_seconds} s per process)"
+    return None
+
+
+def _sweep_site_dirs() -> None:
+    """Remove site directories left by engines that were killed (their owner is gone)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_SITE_PREFIX}*"):
+        try:
+            owner = int((directory / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _release_group(group: LimitGroup, socket_path: Path) -> None:
+    group.kill()
+    group.remove()
+    with contextlib.suppress(OSError):
+        socket_path.unlink()
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or tree without following links (what the rollout left)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links are not followed
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
+__all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite"]

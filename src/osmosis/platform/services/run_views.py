@@ -1,0 +1,183 @@
+"""A stored run as the API shows it: list rows, the detail view, attempt pages.
+
+summary_public(run)                      # EvalRunSummary
+detail_public(db, settings=s, run=run)   # EvalRunDetail
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from osmosis.platform.core.db.dataset_models import DatasetVersion
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.platform.core.errors import ValidationFailed
+from osmosis.platform.core.settings import Settings
+from osmosis.platform.services.run_files import LOG_FILE, tail_logs
+from osmosis.platform.services.runs import run_dir
+from osmosis.wire.runs import (
+    ATTEMPT_SORTS,
+    AttemptList,
+    AttemptPublic,
+    DatasetRef,
+    EvalRunDetail,
+    EvalRunInfo,
+    EvalRunSummary,
+    RunDetailSummary,
+    RunProgress,
+    RunSummary,
+)
+
+MAX_ATTEMPTS_PAGE = 200
+_RECENT_LOGS = 10
+_CONFIG_KEYS = (
+    "limit",
+    "n",
+    "batch_size",
+    "pass_threshold",
+    "agent_workflow_timeout_s",
+    "grader_timeout_s",
+)
+
+
+def _summary(run: EvalRun) -> RunSummary:
+    scored = run.completed - run.skipped
+    return RunSummary(
+        avg_reward=run.avg_reward,
+        pass_rate=(run.passed / scored if scored else 0.0) if run.completed else None,
+        graded=run.graded,
+        passed=run.passed,
+        failed=run.failed,
+        skipped=run.skipped,
+        progress=RunProgress(completed=run.completed, total=max(run.total, run.completed)),
+    )
+
+
+def _fields(run: EvalRun) -> dict[str, Any]:
+    creator = run.creator
+    return {
+        "id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "workspace": run.workspace.identity,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "completed_at": run.completed_at,
+        "model": run.model_path,
+        "dataset": run.dataset_name,
+        "rollout": run.rollout,
+        "creator_name": creator.name if creator else None,
+        "creator_email": creator.email if creator else None,
+        "summary": _summary(run),
+    }
+
+
+def summary_public(run: EvalRun) -> EvalRunSummary:
+    return EvalRunSummary(**_fields(run))
+
+
+def _duration_ms(run: EvalRun) -> float | None:
+    if run.duration_ms is not None:
+        return run.duration_ms
+    if run.started_at is not None and run.completed_at is not None:
+        return round((run.completed_at - run.started_at).total_seconds() * 1000, 3)
+    return None
+
+
+def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDetail:
+    config = json.loads(run.config)
+    evaluation: dict[str, Any] = config["evaluation"]
+    shown = {key: evaluation.get(key) for key in _CONFIG_KEYS}
+    shown["model_path"] = run.model_path
+    shown.update(config.get("advanced") or {})
+    errors = dict(
+        db.execute(
+            select(EvalAttempt.error_type, func.count())
+            .where(EvalAttempt.run_id == run.id, EvalAttempt.status == "failed")
+            .group_by(EvalAttempt.error_type)
+            .order_by(func.count().desc(), EvalAttempt.error_type)
+        ).all()
+    )
+    cost = db.scalar(select(func.sum(EvalAttempt.cost_usd)).where(EvalAttempt.run_id == run.id))
+    version = db.get(DatasetVersion, run.dataset_version_id) if run.dataset_version_id else None
+    metrics = json.loads(run.summary) if run.summary else None
+    summary = _summary(run)
+    return EvalRunDetail(
+        eval_run=EvalRunInfo(**_fields(run), duration_ms=_duration_ms(run), error=run.error),
+        summary=RunDetailSummary(
+            **summary.model_dump(exclude={"progress"}),
+            progress=summary.progress,
+            pass_threshold=float(evaluation["pass_threshold"]),
+            total_tokens=run.tokens,
+            dataset_rows=run.dataset_rows,
+            resumed_count=run.resumed_count,
+        ),
+        config=shown,
+        entrypoint=run.entrypoint,
+        branch=run.branch,
+        commit_sha=run.commit_sha,
+        env_config=config.get("env") or {},
+        resolved_secret_scopes=json.loads(run.secret_scopes),
+        dataset=DatasetRef(
+            name=run.dataset_name,
+            version=version.version if version else 0,
+            sha256=version.sha256 if version else "",
+            rows=version.rows if version else None,
+            format=version.format if version else "",
+        ),
+        metrics=metrics,
+        metrics_available=metrics is not None,
+        errors_by_type={str(kind): int(count) for kind, count in errors.items()},
+        cost_usd=float(cost) if cost is not None else None,
+        recent_logs=tail_logs(run_dir(settings, run.id) / LOG_FILE, count=_RECENT_LOGS),
+    )
+
+
+def attempts_page(
+    db: Session,
+    *,
+    run: EvalRun,
+    limit: int,
+    offset: int,
+    status: str | None,
+    min_reward: float | None,
+    max_reward: float | None,
+    sort: str,
+) -> AttemptList:
+    """One page of a run's attempts, filtered and sorted for the dashboard."""
+    problems = []
+    if not 1 <= limit <= MAX_ATTEMPTS_PAGE or offset < 0:
+        problems.append(f"limit must be 1-{MAX_ATTEMPTS_PAGE} and offset at least 0")
+    if status is not None and status not in ("success", "failed", "skipped"):
+        problems.append(f"status must be success, failed or skipped, got {status!r}")
+    if sort not in ATTEMPT_SORTS:
+        problems.append(f"sort must be one of {', '.join(ATTEMPT_SORTS)}, got {sort!r}")
+    if problems:
+        raise ValidationFailed("; ".join(problems), details={"problems": problems})
+    where = [EvalAttempt.run_id == run.id]
+    if status is not None:
+        where.append(EvalAttempt.status == status)
+    if min_reward is not None:
+        where.append(EvalAttempt.reward >= min_reward)
+    if max_reward is not None:
+        where.append(EvalAttempt.reward <= max_reward)
+    column = getattr(EvalAttempt, sort.lstrip("-"))
+    primary = column.desc().nulls_last() if sort.startswith("-") else column.asc().nulls_last()
+    total = db.scalar(select(func.count()).select_from(EvalAttempt).where(*where)) or 0
+    rows = db.scalars(
+        select(EvalAttempt)
+        .where(*where)
+        .order_by(primary, EvalAttempt.row_index, EvalAttempt.run_index)
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    more = offset + len(rows) < total
+    return AttemptList(
+        attempts=[AttemptPublic.model_validate(row) for row in rows],
+        total_count=total,
+        has_more=more,
+        next_offset=offset + len(rows) if more else None,
+    )

@@ -1,0 +1,480 @@
+"""The process that executes one evaluation run: `python -m osmosis.platform.worker.run_worker <id>
+<epoch>`.
+
+The scheduler starts it once it has claimed the run (`osmosis.platform.worker.leases`;
+`epoch` is the claim's number). It checks out the submitted commit, writes the submitted config
+into the
+checkout, and hosts the engine exactly as `osmosis eval run` does (`plan_local_run` +
+`run_local`) with the run directory in the blob store (`runs.run_dir`), so the journal there
+decides what is recorded, and any worker that takes the run over later resumes from it.
+
+- Every write that ends the run names the claim (`leases.holds`): a worker whose lease was
+  taken by another worker meanwhile changes nothing. When the run is not its to take after
+  all (the claim is gone, or another process still holds the run directory: `RunLocked`),
+  it exits `TEMPFAIL` and the scheduler gives the run back to the queue.
+
+- A pre-flight failure (bad model key, missing dataset or secret, an entrypoint that does not
+  start: a `HostError`, mapped as `eval run` maps it) ends the run `failed` with the reason in
+  `error` and `logs.txt`; nothing is dispatched.
+- Faults mid-run are the engine's to ride out: a rollout server that dies is drained and
+  restarted (`OSMOSIS_ROLLOUT_REPLICAS` servers, each restarted twice at most), a provider
+  outage pauses dispatch for up to `OSMOSIS_OUTAGE_WAIT_S`. When the engine still halts (no
+  rollout server left, the outage outlasted the wait), resuming at once would only repeat
+  it: the run fails saying why, its unfinished attempts pending, and `eval retry` resumes it.
+  Attempts are never recorded as zeros.
+- SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
+  the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
+  stays `running` with its unfinished attempts pending, and the next start resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, update
+from sqlalchemy.orm import Session
+
+from osmosis.eval.errors import HostError, describe
+from osmosis.eval.host import event_loop
+from osmosis.eval.host.plan import LocalRunOptions, PlanError, plan_local_run
+from osmosis.eval.host.run import run_local
+from osmosis.eval.host.run_dir import RunLocked
+from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
+from osmosis.eval.results.trial_outputs import ArtifactLimits
+from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
+from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+from osmosis.platform.core.crypto import KEY_ENV, load_secret_box
+from osmosis.platform.core.db import make_engine, make_session_factory
+from osmosis.platform.core.db.dataset_models import DatasetVersion
+from osmosis.platform.core.db.models import Workspace, utcnow
+from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.errors import NotFound, PlatformError
+from osmosis.platform.core.settings import Settings
+from osmosis.platform.services import datasets
+from osmosis.platform.services.run_files import append_log
+from osmosis.platform.services.runs import run_dir, runs_root, secrets_context
+from osmosis.platform.services.secrets import resolve_secrets
+from osmosis.platform.services.workspaces import sandbox_network
+from osmosis.platform.worker.checkout import (
+    CheckoutError,
+    checkout,
+    inputs_path,
+    remove_checkout,
+    write_in_tree,
+)
+from osmosis.platform.worker.leases import TEMPFAIL, holds
+from osmosis.platform.worker.run_sink import AttemptSink
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: str  # finished | failed | stopped | left running
+    error: str | None = None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or not args[1].isdigit():
+        print(
+            "usage: python -m osmosis.platform.worker.run_worker <run_id> <epoch>", file=sys.stderr
+        )
+        return 2
+    return event_loop.run(_main(Settings.from_env(), args[0], int(args[1])))
+
+
+async def _main(settings: Settings, run_id: str, epoch: int) -> int:
+    worker = _Worker(settings, run_id, epoch)
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    # Until this line a SIGTERM kills us outright; the scheduler then settles the run's status.
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await worker.run()
+    except asyncio.CancelledError:
+        await asyncio.shield(worker.interrupted())
+    finally:
+        worker.close()
+    return worker.exit_code
+
+
+class _Worker:
+    def __init__(self, settings: Settings, run_id: str, epoch: int) -> None:
+        assert settings.database_url is not None  # filled in by Settings
+        self.settings = settings
+        self.run_id = run_id
+        self.epoch = epoch
+        self.exit_code = 0
+        self.dir = run_dir(settings, run_id)
+        self.engine = make_engine(settings.database_url)
+        self.sessions = make_session_factory(self.engine)
+        env = {KEY_ENV: settings.secret_key} if settings.secret_key else {}
+        self.box = load_secret_box(settings.home, env=env)
+        self.claimed = False
+        self.session_started = utcnow()  # this worker's share of the run's active time
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        try:
+            append_log(self.dir, message, level=level)
+        except OSError as error:  # a full disk: the failure must still reach the run's record
+            print(f"{level}: {message} (not in logs.txt: {error})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- the run ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        if not self._claim():
+            self.exit_code = TEMPFAIL
+            return
+        with self.sessions() as db:
+            run = db.get(EvalRun, self.run_id)
+            assert run is not None
+            db.expunge(run)
+        try:
+            outcome = await self._execute(run)
+        except Exception as error:  # a bug of ours: say so on the run rather than vanish
+            traceback.print_exc()
+            outcome = self._failed(f"internal error of the platform worker: {describe(error)}")
+        if outcome.status == "left running":
+            remove_checkout(self.settings.home, self.run_id)
+        else:
+            self._finish(outcome)
+
+    def _claim(self) -> bool:
+        """Take up the scheduler's claim, if it still holds: a run stopped or taken over
+        meanwhile is left alone."""
+        with self.sessions() as db:
+            claim = update(EvalRun).where(*holds(self.run_id, self.epoch))
+            result = db.execute(claim.values(worker_pid=os.getpid()))
+            claimed = cast(CursorResult[Any], result).rowcount
+            db.execute(
+                update(EvalRun)
+                .where(*holds(self.run_id, self.epoch), EvalRun.started_at.is_(None))
+                .values(started_at=utcnow())
+            )
+            db.commit()
+        self.claimed = bool(claimed)
+        self.session_started = utcnow()
+        return self.claimed
+
+    async def _execute(self, run: EvalRun) -> _Outcome:
+        if _run_dir_busy(self.dir):
+            self.log("another process still holds the run directory; the run waits for it")
+            self.exit_code = TEMPFAIL
+            return _Outcome("left running")
+        self.log(f"run {run.name} ({run.id}) started by the platform")
+        try:
+            config_path, dataset_file = await asyncio.to_thread(self._prepare, run)
+            environ = self._environ(run)
+        except (CheckoutError, PlatformError, OSError) as error:
+            return self._failed(f"cannot prepare the run: {describe(error)}")
+        threshold = float(json.loads(run.config)["evaluation"]["pass_threshold"])
+        sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
+        await sink.resync(self.dir / "events.jsonl")
+        options = LocalRunOptions(
+            name=run.id,
+            output=runs_root(self.settings),
+            dataset_file=dataset_file,
+            retry_failed=run.retry_failed,
+            environ=environ,
+            env_cache=self.settings.home / "envs",
+            # Without `limit` the platform samples 10 % of the rows; a local `eval run` takes
+            # them all (the reference's two defaults).
+            sample_fraction=SAMPLE_FRACTION,
+            # On Ray: one per alive node, at most OSMOSIS_RAY_MAX_REPLICAS (fair sharing).
+            replicas=None if self.settings.executor == "ray" else self.settings.rollout_replicas,
+            executor=self.settings.executor,
+            ray_address=self.settings.ray_address,
+            max_replicas=self.settings.ray_max_replicas,
+            outage_wait_s=self.settings.outage_wait_s,
+            bridge_host=self.settings.bridge_host,
+            bridge_url=self.settings.bridge_url,
+            artifact_limits=ArtifactLimits(
+                max_files=self.settings.artifact_max_files,
+                max_file_bytes=self.settings.artifact_max_file_bytes,
+                max_total_bytes=self.settings.artifact_max_bytes,
+            ),
+        )
+        try:
+            plan = plan_local_run(config_path, options)
+        except PlanError as error:
+            return self._failed(describe(error))
+        self._set_total(plan.total_work_items, plan.selection.total_rows)
+        try:
+            async with sink.flushing():
+                report = await run_local(plan, sink, **self._rollout_site(run))
+        except RunLocked:
+            # The run's previous worker is still winding down (or is cut off from the
+            # database, yet writing): its journal must not get a second writer.
+            self.log("another process still holds the run directory; the run waits for it")
+            self.exit_code = TEMPFAIL
+            return _Outcome("left running")
+        except HostError as error:  # the user's to fix, in the words `eval run` uses
+            return self._failed(describe(error))
+        self._set_resumed(report.resumed)
+        if report.status == "finished":
+            return _Outcome("finished")
+        pending = report.total_work_items - report.resumed - report.dispatched
+        reason = report.halted or f"{pending} work items were not dispatched"
+        return self._failed(
+            f"the run halted: {reason}. Recorded attempts are kept and the rest are pending: "
+            "retry the run to finish it"
+        )
+
+    def _prepare(self, run: EvalRun) -> tuple[Path, Path]:
+        """Check out the commit, write the submitted config, and copy the dataset in.
+
+        The tree is the pushed repository's, links and all: the config is written without
+        following any (`write_in_tree`), and the dataset copy lives beside the tree, where
+        no committed `.osmosis` link can redirect it, verified against its SHA-256."""
+        tree = checkout(
+            self.settings.home,
+            workspace_id=run.workspace_id,
+            origin_url=run.origin_url,
+            commit_sha=run.commit_sha,
+            run_id=run.id,
+            log=self.log,
+        )
+        config_path = write_in_tree(tree, run.config_path, run.config_toml.encode("utf-8"))
+        inputs = inputs_path(self.settings.home, run.id)
+        inputs.mkdir(parents=True, exist_ok=True)
+        with self.sessions() as db:
+            version = db.get(DatasetVersion, run.dataset_version_id or "")
+            if version is None:
+                raise NotFound(f"dataset {run.dataset_name!r} no longer exists")
+            # Named after the dataset, so the run's metrics say `multiply`, not a hash.
+            name = f"{run.dataset_name}.{version.format}"
+            try:
+                dataset_file = datasets.copy_for_run(self.settings, version, inputs / name)
+            except datasets.BlobCorrupted as error:
+                # The operator must hear of it, not only the run's owner.
+                print(f"error: eval run {run.id}: {error.message}", file=sys.stderr, flush=True)
+                raise
+        return config_path, dataset_file
+
+    def _rollout_site(self, run: EvalRun) -> dict[str, Any]:
+        """How this run's rollout servers start: sandboxed unless `OSMOSIS_SANDBOX=off` (with
+        the workspace's network, else the platform's), and from a clean environment either
+        way: nothing of the operator's (`GITHUB_TOKEN`, `PGPASSWORD`, …) reaches them.
+        With `OSMOSIS_EXECUTOR=ray` they run on the cluster's nodes, each from a clean
+        environment of its node."""
+        home = os.environ.get("HOME", str(self.settings.home))
+        if self.settings.executor == "ray":
+            self.log(
+                "rollout servers run as actors on the Ray cluster "
+                f"{self.settings.ray_address or '(RAY_ADDRESS / this machine)'}, outside the "
+                "platform's sandbox: the cluster's nodes are what isolates this run's code",
+                level="warning",
+            )
+            # A clean base: each node then starts its servers from its own PATH/HOME/locale.
+            return {"base_env": clean_base_env(os.environ, home=home, user=_user())}
+        if not self.settings.sandbox:
+            self.log(
+                "the rollout sandbox is off (OSMOSIS_SANDBOX=off): this run's code runs with "
+                "the platform's own user, network and files",
+                level="warning",
+            )
+            return {"base_env": clean_base_env(os.environ, home=home, user=_user())}
+        with self.sessions() as db:
+            network = sandbox_network(db.get(Workspace, run.workspace_id), self.settings)
+        policy = SandboxPolicy(
+            network=cast(NetworkMode, network),
+            limits=SandboxLimits(
+                memory_bytes=self.settings.sandbox_memory_bytes,
+                processes=self.settings.sandbox_processes,
+                file_bytes=self.settings.sandbox_file_bytes,
+                artifact_bytes=self.settings.sandbox_artifact_bytes,
+                cpu_seconds=self.settings.sandbox_cpu_seconds,
+            ),
+            bwrap=self.settings.sandbox_bwrap,
+        )
+        return {
+            "sandbox": policy,
+            "base_env": clean_base_env(os.environ, home=SANDBOX_HOME),
+            # Should a bound directory ever hold one of them (a shared blob store under /opt,
+            # say): masked, with every other run's outputs and the datasets in it.
+            "hidden": (self.settings.home, self.settings.blob_dir, self.settings.runs_dir),
+        }
+
+    def _environ(self, run: EvalRun) -> dict[str, str]:
+        """The server's environment (minus its own settings) with the run's secrets: stored
+        ones (personal over workspace), then the values given for this run, which win."""
+        scopes: dict[str, str] = json.loads(run.secret_scopes)
+        stored = [name for name, scope in scopes.items() if scope != "run"]
+        environ = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("OSMOSIS_", "_OSMOSIS_"))
+        }
+        with self.sessions() as db:
+            if stored:
+                if run.created_by is None:
+                    raise PermissionError("the user who submitted the run no longer exists")
+                environ.update(
+                    resolve_secrets(
+                        db,
+                        box=self.box,
+                        workspace_id=run.workspace_id,
+                        user_id=run.created_by,
+                        names=stored,
+                    )
+                )
+        if run.secrets_ciphertext:
+            provided = json.loads(
+                self.box.decrypt(run.secrets_ciphertext, context=secrets_context(run.id))
+            )
+            environ.update(provided)
+        return environ
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _failed(self, reason: str) -> _Outcome:
+        self.log(reason, level="error")
+        return _Outcome("failed", reason)
+
+    def _set_total(self, total: int, dataset_rows: int) -> None:
+        with self.sessions() as db:
+            db.execute(
+                update(EvalRun)
+                .where(*holds(self.run_id, self.epoch))
+                .values(total=total, dataset_rows=dataset_rows)
+            )
+            db.commit()
+
+    def _set_resumed(self, resumed: int) -> None:
+        with self.sessions() as db:
+            db.execute(
+                update(EvalRun).where(*holds(self.run_id, self.epoch)).values(resumed_count=resumed)
+            )
+            db.commit()
+
+    def _hold(self, db: Session) -> bool:
+        """Whether this worker's claim still holds; a write, so from here to the commit the
+        row is ours (PostgreSQL: locked; SQLite: the write lock)."""
+        result = db.execute(
+            update(EvalRun).where(*holds(self.run_id, self.epoch)).values(worker_pid=None)
+        )
+        if cast(CursorResult[Any], result).rowcount == 1:
+            return True
+        db.rollback()
+        self.log(
+            "this worker's claim on the run was taken over by another worker; the run is "
+            "left to it",
+            level="warning",
+        )
+        self.exit_code = TEMPFAIL
+        return False
+
+    async def interrupted(self) -> None:
+        """SIGTERM: a requested stop ends the run `stopped`. Without a request (someone
+        else sent it) the run is left as it is; the scheduler settles it."""
+        if not self.claimed:
+            return
+        with self.sessions() as db:
+            run = db.get(EvalRun, self.run_id)
+            stop = run is not None and run.stop_requested and run.lease_epoch == self.epoch
+        if stop:
+            self.log("stopped on request; the attempts that finished are kept", level="warning")
+            self._finish(_Outcome("stopped", "stopped on request"))
+        else:
+            self.log("the worker was terminated without a stop request", level="warning")
+
+    def _finish(self, outcome: _Outcome) -> None:
+        with self.sessions() as db:
+            if not self._hold(db):
+                remove_checkout(self.settings.home, self.run_id)
+                return
+            run = db.get(EvalRun, self.run_id)
+            assert run is not None
+            db.refresh(run)
+            run.status = outcome.status
+            run.error = outcome.error
+            run.completed_at = utcnow()
+            # Active time: earlier sessions (a retry, a resume after a restart) plus this
+            # one, never the gaps between them; `started_at` stays the first start. A worker
+            # killed outright records nothing, so its share is not counted.
+            elapsed = (run.completed_at - self.session_started).total_seconds() * 1000
+            run.duration_ms = round((run.duration_ms or 0.0) + max(elapsed, 0.0), 3)
+            metrics = _platform_metrics(self.dir / "metrics.json", run)
+            run.summary = json.dumps(metrics) if metrics is not None else None
+            run.secrets_ciphertext = None  # values given for this run live only while it runs
+            run.retry_failed = False
+            run.worker_pid = None
+            run.claimed_by = run.lease_expires_at = None  # the lease ends with the run
+            db.commit()
+        remove_checkout(self.settings.home, self.run_id)
+        self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
+
+
+def _run_dir_busy(directory: Path) -> bool:
+    """Whether another process holds the run directory's lock (`eval.run_dir.RunDirectory`),
+    probed without keeping it: the engine takes it itself."""
+    lock = directory.parent / ".locks" / f"{directory.name}.lock"
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's lock
+    return False
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "rollout"
+
+
+def _platform_metrics(path: Path, run: EvalRun) -> dict[str, Any] | None:
+    """The engine's metrics.json with the platform run's identity, status and timing, written
+    back: the engine knows the run by its directory (the id) and says `incomplete` where the
+    platform says `stopped` or `failed`, and users download this file."""
+    if not path.is_file():
+        return None
+    metrics: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    metrics["eval_run"] = {
+        **metrics.get("eval_run", {}),
+        "id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "duration_ms": run.duration_ms,
+        "started_at": _iso(run.started_at),
+        "completed_at": _iso(run.completed_at),
+    }
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+    return metrics
+
+
+def _iso(moment: Any) -> str | None:
+    if moment is None:
+        return None
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return str(aware.isoformat(timespec="milliseconds"))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the scheduler reads this log when a worker dies without a status
+        traceback.print_exc()
+        sys.exit(1)
