@@ -10,7 +10,6 @@ a connection that fails is code `NETWORK` and names the URL.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from osmosis._version import __version__
+from osmosis.loopback import is_loopback
 from osmosis.wire import (
     Health,
     MemberAdd,
@@ -96,16 +96,6 @@ class PlatformAPIError(Exception):
         self.code = code
         self.status_code = status_code
         self.details = dict(details or {})
-
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_platform_url(url: str, *, allow_insecure_http: bool = False) -> str:

@@ -37,7 +37,7 @@ def view_command(
 
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.client import is_loopback
+    from osmosis.loopback import is_loopback
     from osmosis.platform.web import create_view_app
     from osmosis.platform.web.source_local import LocalSource
     from osmosis.platform.web.view_guard import LOOPBACK_NAMES

@@ -73,7 +73,7 @@ def start(
     """
     from osmosis.cli.main import output
     from osmosis.cli.output import CLIError
-    from osmosis.client import is_loopback
+    from osmosis.loopback import is_loopback
 
     settings = _settings(host=host, port=port, home=home, role=role)
     serves_http = settings.role != "worker"

@@ -364,7 +364,7 @@ def _site(
         return LocalProcessSite(environment, plan.rollout_dir, plan.entrypoint, **common)
     from urllib.parse import urlsplit
 
-    from osmosis.client import is_loopback
+    from osmosis.loopback import is_loopback
     from osmosis.eval.sites.sandbox.site import SandboxSite
 
     if not is_loopback(urlsplit(bridge.base_url).hostname or ""):

@@ -68,7 +68,6 @@ from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, Provi
 from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
 from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
 from osmosis.eval.model.pricing import price_for
-from osmosis.eval.model.provider_openai import is_loopback
 from osmosis.eval.model.providers import (
     Completion,
     ModelTarget,
@@ -77,6 +76,7 @@ from osmosis.eval.model.providers import (
     open_transport,
 )
 from osmosis.eval.model.retry import RetriesExhausted, RetryPolicy, call_with_retries
+from osmosis.loopback import is_loopback_url
 
 __all__ = ["CallRecord", "ModelBridge", "OutagePolicy", "Usage"]
 
@@ -224,7 +224,7 @@ class ModelBridge:
             local = _WILDCARDS.get(bound_host, bound_host)
             root = f"http://{_shown(local)}:{bound_port}"
         self._base_url = f"{root}/v1"
-        if not is_loopback(self._bound_url):
+        if not is_loopback_url(self._bound_url):
             logger.warning(
                 "model bridge listening on %s, beyond loopback: rollouts reach it at %s with "
                 "the run's bearer token; the traffic is plain HTTP, so keep it on a trusted "

@@ -17,7 +17,6 @@ proxy from the environment applies to the provider: the lean client has no proxy
 from __future__ import annotations
 
 import email.utils
-import ipaddress
 import json
 import time
 import urllib.request
@@ -28,9 +27,10 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from osmosis.eval.model.providers import Completion, ModelTarget, ProviderError
+from osmosis.loopback import is_loopback_url
 from osmosis.rollout.http1 import ConnectFailed, Http1Client, TransportFailed, encode_headers
 
-__all__ = ["OpenAIWireTransport", "error_from_response", "is_loopback", "retry_after_seconds"]
+__all__ = ["OpenAIWireTransport", "error_from_response", "retry_after_seconds"]
 
 _CONNECT_TIMEOUT = 10.0
 _KEEPALIVE = 30.0
@@ -96,17 +96,6 @@ def error_from_response(
     )
 
 
-def is_loopback(url: str) -> bool:
-    """Whether `url` names this machine (`localhost` or a loopback address)."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class OpenAIWireTransport:
     """Posts chat completions to an OpenAI-compatible endpoint over keep-alive connections.
 
@@ -132,7 +121,7 @@ class OpenAIWireTransport:
             total=target.timeout, sock_connect=min(_CONNECT_TIMEOUT, target.timeout)
         )
         # Proxy variables are for reaching the internet; a loopback server is reached directly.
-        self._trust_env = not is_loopback(self._base)
+        self._trust_env = not is_loopback_url(self._base)
         self._session: aiohttp.ClientSession | None = None
         # The lean client, unless a proxy applies; made on first use, like the session.
         self._direct = not (self._trust_env and _proxied(self._base))

@@ -112,7 +112,7 @@ def bridge_reach_problem(
 
     bridge_reach_problem("http://127.0.0.1:9000", ["10.0.0.7"])  # 'the model bridge ...'
     """
-    from osmosis.client import is_loopback
+    from osmosis.loopback import is_loopback
 
     host = urlsplit(bridge_url).hostname or ""
     remote = sorted({ip for ip in node_ips if not is_loopback(ip) and ip != local_ip})
