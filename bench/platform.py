@@ -106,7 +106,7 @@ def platform_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
     # CPU from the run being measured on a small machine.
     credentials = json.loads((Path(env["OSMOSIS_HOME"]) / "credentials.json").read_text())
     with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
-        while (detail := client.get_eval_run(name)).eval_run.status not in TERMINAL_STATUSES:
+        while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_STATUSES:
             time.sleep(1.0)
     if detail.eval_run.status != "finished":
         raise SystemExit(f"platform run {name} ended {detail.eval_run.status}")

@@ -1,7 +1,8 @@
 """The words every part of osmosis shares, each defined once: statuses, the pass rule, sizes.
 
 The engine, the platform (its tables, routes and dashboard), the wire schemas and the command
-line all import these; none defines its own. Standard library only, so anything may import it.
+line all import these; none defines its own (`tests/unit/test_vocabulary.py` greps for a second
+definition). Standard library only, so anything but the SDK (`osmosis.rollout`) may import it.
 
     passes(0.8, threshold=0.5)        # True: a graded attempt passes when reward >= threshold
     format_bytes(3 * 1024**2)         # '3.0 MiB'
@@ -9,7 +10,7 @@ line all import these; none defines its own. Standard library only, so anything 
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, TypeVar, get_args
 
 #: How an attempt ended: graded or not (`success`), crashed or timed out (`failed`, with an
 #: error type), or removed by its grader (`skipped`).
@@ -19,32 +20,85 @@ ATTEMPT_STATUSES: Final[tuple[AttemptStatus, ...]] = get_args(AttemptStatus)
 #: Where a platform run is in its life.
 RunStatus = Literal["pending", "running", "finished", "failed", "stopped"]
 RUN_STATUSES: Final[tuple[RunStatus, ...]] = get_args(RunStatus)
+#: The run statuses a platform run never leaves.
+TERMINAL_RUN_STATUSES: Final[tuple[RunStatus, ...]] = ("finished", "failed", "stopped")
+
+#: Where a run directory (`osmosis eval run`) stands: `running` while a process holds its
+#: lock, else what its `metrics.json` says: `finished` (every attempt recorded) or
+#: `incomplete` (run it again to resume).
+LocalRunStatus = Literal["running", "finished", "incomplete"]
+LOCAL_RUN_STATUSES: Final[tuple[LocalRunStatus, ...]] = get_args(LocalRunStatus)
+
+#: The pass threshold of a run whose config names none.
+DEFAULT_PASS_THRESHOLD: Final = 1.0
 
 #: The largest page any list route serves, and the client asks for.
 MAX_PAGE: Final = 50
 
+_BINARY_UNITS: Final = ("B", "KiB", "MiB", "GiB")
+
+_Verdict = TypeVar("_Verdict", covariant=True)
+
+
+class _Reward(Protocol[_Verdict]):
+    def __ge__(self, threshold: float, /) -> _Verdict: ...
+
+
+def pass_clause(reward: _Reward[_Verdict], threshold: float) -> _Verdict:
+    """The pass rule's one comparison, for a reward that is a number or an SQL column.
+
+    A column gives an SQL condition, in which a NULL reward (not graded) is never true, so SQL
+    needs no separate `IS NOT NULL`; in Python, `passes` adds that for `None`.
+
+        pass_clause(0.8, 0.5)                        # True
+        select(...).where(pass_clause(EvalAttempt.reward, 1.0))  # reward >= 1.0
+    """
+    return reward >= threshold
+
 
 def passes(reward: float | None, threshold: float) -> bool:
-    """The pass rule: a graded attempt passes when its reward reaches the threshold."""
-    return reward is not None and reward >= threshold
+    """The pass rule: a graded attempt passes when its reward reaches the threshold.
+
+    passes(1.0, 1.0)   # True
+    passes(None, 0.0)  # False: an attempt without a reward never passes
+    """
+    return reward is not None and pass_clause(reward, threshold)
 
 
-def format_bytes(count: int) -> str:
-    """A byte count for people in binary units, as the download layout counts: `4.2 KiB`."""
+def format_bytes(count: int, *, exact: bool = False) -> str:
+    """A byte count for people in binary units, as the download layout counts: `4.2 KiB`.
+
+    `exact=True` states a configured size (a limit) as a whole number of the largest unit
+    that divides it, and one that no unit divides in bytes, as limits have always been shown.
+
+        format_bytes(4300)                      # '4.2 KiB'
+        format_bytes(2 * 1024**3, exact=True)   # '2 GiB'; 1500 gives '1500 bytes'
+    """
+    if exact:
+        for power in range(len(_BINARY_UNITS) - 1, 0, -1):
+            size = 1024**power
+            if count >= size and count % size == 0:
+                return f"{count // size} {_BINARY_UNITS[power]}"
+        return f"{count} bytes"
     value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in _BINARY_UNITS:
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
             return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")  # the loop returns at GiB
+    raise AssertionError("unreachable")  # the loop returns at its last unit
 
 
 __all__ = [
     "ATTEMPT_STATUSES",
+    "DEFAULT_PASS_THRESHOLD",
+    "LOCAL_RUN_STATUSES",
     "MAX_PAGE",
     "RUN_STATUSES",
+    "TERMINAL_RUN_STATUSES",
     "AttemptStatus",
+    "LocalRunStatus",
     "RunStatus",
     "format_bytes",
+    "pass_clause",
     "passes",
 ]

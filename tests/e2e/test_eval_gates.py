@@ -332,9 +332,7 @@ def test_submit_wait_outlasts_a_platform_restart(
         )
         deadline = time.monotonic() + 90
         with server.client() as client:
-            while not any(
-                r.status == "running" for r in client.list_eval_runs(git=repo.git).eval_runs
-            ):
+            while not any(r.status == "running" for r in client.runs.list(git=repo.git).eval_runs):
                 assert time.monotonic() < deadline and waiting.poll() is None, "never started"
                 time.sleep(0.2)
         server.stop()

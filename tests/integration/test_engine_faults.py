@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
-from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
+from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings
 from osmosis.eval.host.run_dir import RunDirectory, Slots
 from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
 from osmosis.eval.model.providers import ModelTarget
 from osmosis.eval.model.retry import RetryPolicy
+from osmosis.eval.results.records import WorkItem
 from osmosis.eval.sites import RolloutAPI, SiteExhausted
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.testing import Fail, FakeModelServer, Rule
@@ -46,6 +47,7 @@ class ServedEndpoint:
         self.api: RolloutAPI = RolloutClient(url)
         self.dead = asyncio.Event()
         self.death_reason = ""
+        self.breach = None
         self._trials = trials
 
     async def trial(self, rollout_id: str) -> Path | None:

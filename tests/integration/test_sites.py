@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, WorkItem
+from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings
 from osmosis.eval.errors import HostError
 from osmosis.eval.host.run_dir import RunDirectory, Slots
 from osmosis.eval.model.bridge import ModelBridge
 from osmosis.eval.model.providers import ModelTarget
+from osmosis.eval.results.records import WorkItem
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.local import LocalProcessSite

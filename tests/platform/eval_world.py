@@ -19,6 +19,7 @@ import httpx
 from osmosis.client import PlatformClient
 from osmosis.eval.inputs.config import parse_eval_config
 from osmosis.testing import FakeModelServer
+from osmosis.vocabulary import TERMINAL_RUN_STATUSES as TERMINAL
 from osmosis.wire.runs import (
     EvalRunCreate,
     EvalRunCreated,
@@ -34,7 +35,6 @@ from tests.platform.conftest import free_port, osmosis
 from tests.platform.databases import Databases
 
 CONFIG_PATH = "configs/eval/scripted.toml"
-TERMINAL = ("finished", "failed", "stopped")
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def run_body(
 
 
 def submit(client: PlatformClient, repo: Repo, **body: object) -> EvalRunCreated:
-    return client.submit_eval_run(git=repo.git, body=run_body(repo, **body))  # type: ignore[arg-type]
+    return client.runs.submit(git=repo.git, body=run_body(repo, **body))  # type: ignore[arg-type]
 
 
 # -- waiting and looking ------------------------------------------------------------------------
@@ -208,11 +208,11 @@ def wait_for(
 ) -> EvalRunDetail:
     deadline = time.monotonic() + timeout
     while True:
-        detail = client.get_eval_run(run)
+        detail = client.runs.get(run)
         if until(detail):
             return detail
         if time.monotonic() > deadline:
-            logs = "\n".join(entry.message for entry in client.eval_run_logs(run, limit=200).logs)
+            logs = "\n".join(entry.message for entry in client.runs.logs(run, limit=200).logs)
             raise AssertionError(
                 f"timed out waiting for {what}: {detail.eval_run.status}, "
                 f"{detail.summary.progress}\n{logs}"
@@ -279,7 +279,7 @@ def gone_within(pid: int, *, seconds: float) -> bool:
 def all_logs(client: PlatformClient, run: str) -> Iterator[str]:
     cursor = None
     while True:
-        page = client.eval_run_logs(run, limit=200, cursor=cursor)
+        page = client.runs.logs(run, limit=200, cursor=cursor)
         for entry in page.logs:
             yield f"[{entry.step}/{entry.level}] {entry.message}"
         if page.next_cursor is None:

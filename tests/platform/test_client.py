@@ -57,7 +57,7 @@ def test_the_server_envelope_becomes_the_exception():
         return httpx.Response(403, json=body)
 
     with pytest.raises(PlatformAPIError) as caught, _client(handler) as client:
-        client.list_users()
+        client.admin.list_users()
     error = caught.value
     assert (error.code, error.message, error.details, error.status_code) == (
         "FORBIDDEN",
@@ -75,7 +75,7 @@ def test_a_body_that_is_not_an_envelope_still_gets_a_code(status, code):
         pytest.raises(PlatformAPIError) as caught,
         _client(lambda request: httpx.Response(status, text="<html>proxy error</html>")) as client,
     ):
-        client.whoami()
+        client.auth.whoami()
     assert caught.value.code == code and caught.value.status_code == status
 
 
@@ -84,7 +84,7 @@ def test_an_unexpected_response_shape_is_a_platform_error():
         pytest.raises(PlatformAPIError) as caught,
         _client(lambda request: httpx.Response(200, json={"user": "nope"})) as client,
     ):
-        client.whoami()
+        client.auth.whoami()
     assert caught.value.code == "PLATFORM_ERROR"
 
 
@@ -116,5 +116,20 @@ def test_path_parameters_are_escaped():
         )
 
     with _client(handler) as client:
-        assert client.create_token(user_id="a/b?c", name="n").token == "osm_x"
+        assert client.admin.create_token(user_id="a/b?c", name="n").token == "osm_x"
     assert seen == [b"/api/admin/users/a%2Fb%3Fc/tokens"]
+
+
+def test_resources_mirror_the_routers():
+    with _client(lambda request: httpx.Response(200, json={})) as client:
+        public = {name for name in vars(client) if not name.startswith("_")}
+    assert public == {
+        "admin",
+        "auth",
+        "base_url",
+        "datasets",
+        "imports",
+        "runs",
+        "secrets",
+        "workspaces",
+    }

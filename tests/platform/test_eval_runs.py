@@ -137,11 +137,11 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
         assert identity == {"id": created.id, "name": created.name, "status": "finished"}
         assert detail.metrics["eval_run"]["duration_ms"] == detail.eval_run.duration_ms
 
-        listed = client.list_eval_runs(git=repo.git)
+        listed = client.runs.list(git=repo.git)
         assert [run.name for run in listed.eval_runs][:1] == [created.name]
         assert listed.eval_runs[0].summary.progress.completed == 10
 
-        attempts = client.eval_run_attempts(created.id, limit=200)
+        attempts = client.runs.attempts(created.id, limit=200)
         assert attempts.total_count == 10
         assert sorted((a.row_index, a.run_index) for a in attempts.attempts) == [
             (r, k) for r in range(5) for k in range(2)
@@ -150,28 +150,28 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
         assert [a.source_row_index for a in attempts.attempts] == [
             a.row_index for a in attempts.attempts
         ]
-        failed = client.eval_run_attempts(created.id, status="failed")
+        failed = client.runs.attempts(created.id, status="failed")
         assert {a.error_type for a in failed.attempts} == {"agent_error"}
-        best = client.eval_run_attempts(created.id, sort="-reward", limit=1).attempts[0]
+        best = client.runs.attempts(created.id, sort="-reward", limit=1).attempts[0]
         assert best.reward == 1.0
 
-        manifest = client.eval_run_files(created.id, types=["all"])
+        manifest = client.runs.files(created.id, types=["all"])
         paths = {f.path for f in manifest.files}
         assert {"metrics.json", "summary.jsonl", "logs.txt"} <= paths
         assert {f"trajectories/row_{r}_run_{k}.json" for r in range(5) for k in range(2)} <= paths
         assert manifest.totals.files == len(manifest.files)
         trajectory = next(f for f in manifest.files if f.path.startswith("trajectories/"))
         dest = tmp_path / "download" / trajectory.path
-        assert client.download_eval_run_file(created.id, trajectory.path, dest) == trajectory.size
+        assert client.runs.download_file(created.id, trajectory.path, dest) == trajectory.size
         assert hashlib.sha256(dest.read_bytes()).hexdigest() == trajectory.sha256
-        only_row_1 = client.eval_run_files(created.id, types=["trajectories"], rows="1")
+        only_row_1 = client.runs.files(created.id, types=["trajectories"], rows="1")
         assert {f.path for f in only_row_1.files} == {
             "summary.jsonl",
             "trajectories/row_1_run_0.json",
             "trajectories/row_1_run_1.json",
         }
         with pytest.raises(PlatformAPIError) as outside:
-            client.download_eval_run_file(created.id, "manifest.json", tmp_path / "m")
+            client.runs.download_file(created.id, "manifest.json", tmp_path / "m")
         assert outside.value.status_code == 404
 
         logs = list(all_logs(client, created.id))
@@ -211,7 +211,7 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
 def test_submit_names_every_problem_and_stores_nothing(server, tmp_path):
     repo = make_repo(tmp_path, FOUR_PASSING, limit=1, secrets=["API_TOKEN", "OTHER_TOKEN"])
     with server.client() as client:
-        before = client.list_eval_runs(git=repo.git).total_count
+        before = client.runs.list(git=repo.git).total_count
         # No dataset uploaded, and neither secret stored nor provided.
         with pytest.raises(PlatformAPIError) as missing:
             submit(client, repo)
@@ -223,7 +223,7 @@ def test_submit_names_every_problem_and_stores_nothing(server, tmp_path):
         assert len(error.details["problems"]) == 2
 
         upload_dataset(server, repo)
-        client.set_secret(git=repo.git, name="API_TOKEN", value="stored", scope="workspace")
+        client.secrets.set(git=repo.git, name="API_TOKEN", value="stored", scope="workspace")
         with pytest.raises(PlatformAPIError) as one_left:
             submit(client, repo)
         assert one_left.value.status_code == 404
@@ -239,14 +239,14 @@ def test_submit_names_every_problem_and_stores_nothing(server, tmp_path):
         body = run_body(repo, provided={"OTHER_TOKEN": "x"})
         body.repository.origin_url = str(tmp_path / "someone-elses.git")
         with pytest.raises(PlatformAPIError) as elsewhere:
-            client.submit_eval_run(git=repo.git, body=body)
+            client.runs.submit(git=repo.git, body=body)
         assert elsewhere.value.status_code == 422
         assert "not the origin of this workspace" in elsewhere.value.message
 
-        assert client.list_eval_runs(git=repo.git).total_count == before
+        assert client.runs.list(git=repo.git).total_count == before
 
         created = submit(client, repo, provided={"OTHER_TOKEN": "given-for-this-run"})
-        detail = client.get_eval_run(created.id)
+        detail = client.runs.get(created.id)
         assert detail.resolved_secret_scopes == {"API_TOKEN": "workspace", "OTHER_TOKEN": "run"}
         assert "given-for-this-run" not in detail.model_dump_json()
         finished(client, created.id)
@@ -268,25 +268,25 @@ def test_stop_keeps_what_finished_and_stops_the_rollout(host_channel_server, tmp
         created = submit(client, repo)
         recorded_at_least(client, created.id, 3)
         rollout_pid = int(pid_file.read_text())
-        stopped = client.stop_eval_run(created.name)
+        stopped = client.runs.stop(created.name)
         assert stopped.status == "stopped" and "stopped" in stopped.message
         assert gone_within(rollout_pid, seconds=10), "the rollout server outlived the stop"
         assert all(gone_within(pid, seconds=10) for pid in pids_of(created.id)), "worker"
-        detail = client.get_eval_run(created.id)
+        detail = client.runs.get(created.id)
         done = detail.summary.progress.completed
         assert 3 <= done < 20 and detail.summary.passed == done
         assert detail.metrics is not None
         assert detail.metrics["summary"]["total_samples"] == done
         assert detail.metrics["eval_run"]["status"] == "stopped"
-        assert client.eval_run_attempts(created.id).total_count == done
+        assert client.runs.attempts(created.id).total_count == done
         journal = read_jsonl(run_dir(host_channel_server, created.id) / "events.jsonl")
         assert len(journal) == done
         with pytest.raises(PlatformAPIError) as again:
-            client.stop_eval_run(created.id)
+            client.runs.stop(created.id)
         assert again.value.status_code == 409
 
         # A retry resumes what the stop left unrun; it does not say "from the start".
-        retried = client.retry_eval_run(created.id)
+        retried = client.runs.retry(created.id)
         assert retried.retryable_samples == 20 - done
         resumed = finished(client, created.id)
         assert resumed.eval_run.status == "finished"
@@ -315,23 +315,23 @@ def test_retry_reruns_the_failures_with_fresh_rollout_ids(host_channel_server, t
             2,
             2,
         )
-        before = {a.row_index: a for a in client.eval_run_attempts(created.id).attempts}
+        before = {a.row_index: a for a in client.runs.attempts(created.id).attempts}
 
         broken.unlink()
-        retried = client.retry_eval_run(created.name)
+        retried = client.runs.retry(created.name)
         assert (retried.status, retried.retryable_samples) == ("pending", 2)
         second = finished(client, created.id)
         assert second.eval_run.status == "finished"
         story = "\n".join(all_logs(client, created.id))  # says why, should this ever fail
         assert (second.summary.passed, second.summary.failed) == (4, 0), story
         assert second.metrics is not None and second.metrics["summary"]["passed"] == 4
-        after = {a.row_index: a for a in client.eval_run_attempts(created.id).attempts}
+        after = {a.row_index: a for a in client.runs.attempts(created.id).attempts}
         for r in (1, 3):
             assert after[r].rollout_id != before[r].rollout_id and after[r].status == "success"
         for r in (0, 2):
             assert after[r].rollout_id == before[r].rollout_id
         with pytest.raises(PlatformAPIError) as nothing_left:
-            client.retry_eval_run(created.id)
+            client.runs.retry(created.id)
         assert nothing_left.value.status_code == 409
 
 
@@ -360,10 +360,10 @@ def test_secrets_given_for_a_run_are_never_stored_and_a_retry_needs_them_again(
         assert "starting with secret [REDACTED]" in logs  # the rollout printed it; redacted
         broken.unlink()
         with pytest.raises(PlatformAPIError) as needs_value:
-            client.retry_eval_run(created.id)
+            client.runs.retry(created.id)
         assert needs_value.value.status_code == 422
         assert needs_value.value.details["run_secret_names"] == ["SHOUT_SECRET"]
-        client.retry_eval_run(created.id, secrets={"SHOUT_SECRET": secret})
+        client.runs.retry(created.id, secrets={"SHOUT_SECRET": secret})
         second = finished(client, created.id)
         assert (second.eval_run.status, second.summary.passed) == ("finished", 2)
     # Not in the database (its value was one ciphertext, wiped at the end), logs or results.
@@ -384,22 +384,22 @@ def test_a_second_run_waits_while_the_first_holds_the_only_slot(server, tmp_path
         second = submit(client, repo)
         third = submit(client, repo)
         recorded_at_least(client, first.id, 2)
-        stopped = client.stop_eval_run(third.name)  # a pending run stops at once
+        stopped = client.runs.stop(third.name)  # a pending run stops at once
         assert stopped.status == "stopped"
-        assert client.get_eval_run(third.id).eval_run.started_at is None
-        assert client.get_eval_run(first.id).eval_run.status == "running"
-        waiting = client.get_eval_run(second.id)
+        assert client.runs.get(third.id).eval_run.started_at is None
+        assert client.runs.get(first.id).eval_run.status == "running"
+        waiting = client.runs.get(second.id)
         assert waiting.eval_run.status == "pending" and waiting.eval_run.started_at is None
         with pytest.raises(PlatformAPIError) as not_yet:
-            client.eval_run_files(second.id)
+            client.runs.files(second.id)
         assert not_yet.value.status_code == 409
         done = finished(client, first.id)
         assert finished(client, second.id).eval_run.status == "finished"
-        started = client.get_eval_run(second.id).eval_run.started_at
+        started = client.runs.get(second.id).eval_run.started_at
         assert started is not None and done.eval_run.completed_at is not None
         assert started >= done.eval_run.completed_at.replace(microsecond=0)
-        assert client.get_eval_run(third.id).eval_run.status == "stopped"
-        assert client.eval_run_attempts(third.id).total_count == 0
+        assert client.runs.get(third.id).eval_run.status == "stopped"
+        assert client.runs.attempts(third.id).total_count == 0
 
 
 def test_users_see_only_the_runs_of_their_workspaces(server, tmp_path):
@@ -408,16 +408,16 @@ def test_users_see_only_the_runs_of_their_workspaces(server, tmp_path):
     with server.client() as admin, server.client(stranger["token"]) as other:
         created = submit(admin, repo)
         finished(admin, created.id)
-        assert created.id not in {r.id for r in other.list_eval_runs(all_workspaces=True).eval_runs}
+        assert created.id not in {r.id for r in other.runs.list(all_workspaces=True).eval_runs}
         target = tmp_path / "x"
         calls = [
-            (other.get_eval_run, ()),
-            (other.eval_run_logs, ()),
-            (other.eval_run_files, ()),
-            (other.download_eval_run_file, ("metrics.json", target)),
-            (other.eval_run_attempts, ()),
-            (other.stop_eval_run, ()),
-            (other.retry_eval_run, ()),
+            (other.runs.get, ()),
+            (other.runs.logs, ()),
+            (other.runs.files, ()),
+            (other.runs.download_file, ("metrics.json", target)),
+            (other.runs.attempts, ()),
+            (other.runs.stop, ()),
+            (other.runs.retry, ()),
         ]
         for ref in (created.id, created.name):
             for method, args in calls:
@@ -426,7 +426,7 @@ def test_users_see_only_the_runs_of_their_workspaces(server, tmp_path):
                 assert hidden.value.status_code == 404, method
                 assert "not found among your workspaces" in hidden.value.message
         with pytest.raises(PlatformAPIError) as not_member:
-            other.list_eval_runs(git=repo.git)
+            other.runs.list(git=repo.git)
         assert not_member.value.status_code == 404
         assert not target.exists()
 
@@ -441,7 +441,7 @@ def test_runs_that_cannot_start_fail_with_the_reason_and_record_nothing(server, 
         repo.config.write_text(good)
         body = run_body(repo)
         body.repository.commit_sha = "ab" * 20  # never pushed
-        no_commit = client.submit_eval_run(git=repo.git, body=body)
+        no_commit = client.runs.submit(git=repo.git, body=body)
         (repo.tree / "rollouts" / "scripted" / "main.py").write_text(
             'raise SystemExit("cannot start: the tool registry is missing")\n'
         )
@@ -458,7 +458,7 @@ def test_runs_that_cannot_start_fail_with_the_reason_and_record_nothing(server, 
             assert detail.eval_run.error is not None and reason in detail.eval_run.error
             assert any(reason in line for line in all_logs(client, run_id))
             assert detail.summary.progress.completed == 0
-            assert client.eval_run_attempts(run_id).total_count == 0
+            assert client.runs.attempts(run_id).total_count == 0
 
 
 # -- faults -----------------------------------------------------------------------------------
@@ -531,7 +531,7 @@ def test_a_rollout_server_that_keeps_dying_fails_the_run_saying_why(server, tmp_
     with server.client() as client:
         created = submit(client, repo)
         detail = finished(client, created.id)
-        attempts = client.eval_run_attempts(created.id).attempts
+        attempts = client.runs.attempts(created.id).attempts
     assert detail.eval_run.status == "failed"
     assert detail.eval_run.error is not None
     assert "no rollout server left" in detail.eval_run.error
@@ -587,7 +587,7 @@ def test_a_killed_server_leaves_no_process_behind_and_its_run_resumes(
         server.launch()
         with server.client() as client:
             detail = finished(client, created.id)
-            attempts = client.eval_run_attempts(created.id, limit=200)
+            attempts = client.runs.attempts(created.id, limit=200)
         assert detail.eval_run.status == "finished"
         assert (detail.summary.passed, detail.summary.progress.completed) == (30, 30)
         keys = [(e["row_index"], e["run_index"]) for e in read_jsonl(journal)]

@@ -119,8 +119,8 @@ def test_an_uploaded_run_shows_the_same_metrics_on_the_platform(world: World) ->
     assert results["confidence_intervals"] == summary["confidence_intervals"]
     assert data["summary"]["progress"] == {"completed": 4, "total": 4, "unit": "samples"}
     with world.client() as client:
-        attempts = client.eval_run_attempts(resource["eval_run_id"], limit=50)
-        files = client.eval_run_files(resource["eval_run_id"], types=["trajectories"])
+        attempts = client.runs.attempts(resource["eval_run_id"], limit=50)
+        files = client.runs.files(resource["eval_run_id"], types=["trajectories"])
     assert [(a.row_index, a.status) for a in attempts.attempts] == [
         (r, "success") for r in range(4)
     ]
@@ -164,13 +164,13 @@ def test_an_interrupted_upload_sends_only_what_is_missing(world: World) -> None:
     )
     identity = resolve_workspace(world.tree).identity
     with world.client() as client:
-        session = client.start_run_import(git=identity, body=body)
+        session = client.imports.start(git=identity, body=body)
         for item in files[:3]:  # then the connection "drops"
-            client.upload_run_import_file(
+            client.imports.upload_file(
                 session.session_id, item.path, run_dir / item.path, size=item.size
             )
         with pytest.raises(PlatformAPIError) as early:
-            client.finalize_run_import(session.session_id)
+            client.imports.finalize(session.session_id)
     assert early.value.code == "CONFLICT" and "not uploaded yet" in early.value.message
 
     resumed = world.json("eval", "upload", "resumable")["resource"]
@@ -228,18 +228,18 @@ def test_the_server_checks_the_files_itself(world: World) -> None:
         files=[ImportFileIn(path=f.path, size=f.size, sha256=f.sha256) for f in files],
     )
     with world.client() as client:
-        session = client.start_run_import(git=resolve_workspace(world.tree).identity, body=body)
+        session = client.imports.start(git=resolve_workspace(world.tree).identity, body=body)
         for item in files:
-            client.upload_run_import_file(
+            client.imports.upload_file(
                 session.session_id, item.path, run_dir / item.path, size=item.size
             )
         with pytest.raises(PlatformAPIError) as refused:
-            client.finalize_run_import(session.session_id)
+            client.imports.finalize(session.session_id)
         with pytest.raises(PlatformAPIError) as wrong_bytes:
-            client.upload_run_import_file(
+            client.imports.upload_file(
                 session.session_id, "logs.txt", run_dir / "index.jsonl", size=10
             )
-        names = [run.name for run in client.list_eval_runs(all_workspaces=True).eval_runs]
+        names = [run.name for run in client.runs.list(all_workspaces=True).eval_runs]
     assert refused.value.code == "VALIDATION"
     assert any("does not match index.jsonl" in p for p in refused.value.details["problems"])
     assert wrong_bytes.value.code == "VALIDATION" and "logs.txt" in wrong_bytes.value.message

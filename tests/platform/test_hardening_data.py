@@ -162,7 +162,7 @@ def _rewrite_and_check(server: Server, tmp_path: Path) -> None:
         assert other.eval_run.status == "finished", list(all_logs(client, other.eval_run.id))
         assert other.summary.pass_rate == 1.0  # the other workspace's rows are the originals
         for repo in (first, second):
-            assert client.dataset_info(git=repo.git, name="scripted").sha256 == sha(data)
+            assert client.datasets.get(git=repo.git, name="scripted").sha256 == sha(data)
     blob = server.home / "blobs" / "datasets" / f"{sha(data)}.jsonl"
     assert sha(blob.read_bytes()) == sha(data)  # `dataset info`'s hash is still the bytes'
 
@@ -201,7 +201,7 @@ def test_links_a_repository_commits_never_redirect_the_worker(server, tmp_path):
     git("add", "-A", "--force", cwd=repo.tree)
     commit = repo.push("links out of the checkout")
     with server.client() as client:
-        created = client.submit_eval_run(git=repo.git, body=_at(body, commit))
+        created = client.runs.submit(git=repo.git, body=_at(body, commit))
         run = finished(client, created.name)
     assert run.eval_run.status == "finished", run.eval_run.error
     assert run.summary.pass_rate == 1.0
@@ -223,7 +223,7 @@ def test_a_linked_configs_eval_is_refused_and_nothing_is_written_through_it(serv
     eval_dir.symlink_to(elsewhere, target_is_directory=True)
     commit = repo.push("configs/eval is a link")
     with server.client() as client:
-        created = client.submit_eval_run(git=repo.git, body=_at(body, commit))
+        created = client.runs.submit(git=repo.git, body=_at(body, commit))
         run = finished(client, created.name)
     assert run.eval_run.status == "failed"
     assert "configs/eval is a symbolic link in the repository" in (run.eval_run.error or "")

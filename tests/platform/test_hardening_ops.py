@@ -234,7 +234,7 @@ def test_a_run_waits_visibly_for_disk_space_and_starts_once_it_is_freed(tmp_path
             status = json.loads(osmosis("--json", "server", "status", env=server.env).stdout)
             assert status["data"]["low_disk"] is True
             assert (
-                "MB free, below the 24.0 MB of OSMOSIS_MIN_FREE_DISK_BYTES"
+                "MiB free, below the 24.0 MiB of OSMOSIS_MIN_FREE_DISK_BYTES"
                 in (status["data"]["disk_warning"])
             )
 
@@ -249,8 +249,8 @@ def test_a_run_waits_visibly_for_disk_space_and_starts_once_it_is_freed(tmp_path
                 time.sleep(3)  # six scheduler rounds
                 assert f"for eval run {created.id}" not in server_log(server)  # no worker
                 assert workers_of(created.id) == []
-                assert client.get_eval_run(created.id).eval_run.status == "pending"
-                assert "MB free, below the 24.0 MB" in server_log(server)
+                assert client.runs.get(created.id).eval_run.status == "pending"
+                assert "MiB free, below the 24.0 MiB" in server_log(server)
 
                 filler.unlink()
                 detail = finished(client, created.id)
@@ -299,7 +299,7 @@ def test_a_database_that_cannot_record_backs_the_scheduler_off_instead_of_respaw
                 assert 1 <= len(refusals) <= 4, refusals
                 assert "database or disk is full" in refusals[0]
                 assert "trying again in" in refusals[-1]
-                assert client.get_eval_run(created.id).eval_run.status == "pending"
+                assert client.runs.get(created.id).eval_run.status == "pending"
 
                 db_filler.unlink()  # once it can be written, the run is claimed and runs
                 detail = finished(client, created.id, timeout=120)

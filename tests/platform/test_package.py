@@ -5,7 +5,28 @@ import osmosis.platform
 
 
 def test_platform_public_names():
-    assert osmosis.platform.__all__ == ["Settings", "create_app", "serve"]
+    assert osmosis.platform.__all__ == [
+        "BlobStoreError",
+        "DatabaseUnavailable",
+        "Holder",
+        "HomeInUse",
+        "LocalView",
+        "SchemaMismatch",
+        "SecretKeyError",
+        "Settings",
+        "SettingsError",
+        "create_app",
+        "home_disk",
+        "local_view",
+        "lock_holder",
+        "migrate_database",
+        "platform_status",
+        "process_alive",
+        "serve",
+        "server_pid",
+        "worker_pid",
+        "worker_state_pid",
+    ]
     for name in osmosis.platform.__all__:
         assert getattr(osmosis.platform, name) is not None
 

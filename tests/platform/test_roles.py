@@ -253,7 +253,7 @@ def test_two_apis_and_two_workers_on_one_postgresql_run_each_run_once_and_surviv
         assert (detail.summary.passed, detail.summary.progress.completed) == (30, 30)
         assert detail.summary.resumed_count >= 6
         for client in clients:
-            attempts = client.eval_run_attempts(long_run.id, limit=200)
+            attempts = client.runs.attempts(long_run.id, limit=200)
             assert sorted((a.row_index, a.run_index) for a in attempts.attempts) == keys
 
         # Both workers took runs; `eval info` is the same whichever API answers.
@@ -296,7 +296,7 @@ def test_an_api_and_a_worker_process_share_one_sqlite_home(tmp_path, fake_model)
         with PlatformClient(api.url, token=token, timeout=60) as client:
             created = submit(client, repo)
             time.sleep(3)  # six scheduler rounds: an API process runs nothing
-            assert client.get_eval_run(created.id).eval_run.status == "pending"
+            assert client.runs.get(created.id).eval_run.status == "pending"
 
             worker.start()
             status = api.status()
@@ -318,7 +318,7 @@ def test_an_api_and_a_worker_process_share_one_sqlite_home(tmp_path, fake_model)
             # Stop requests reach the worker through the database: the API knows no pid.
             stopped_run = submit(client, repo)
             recorded_at_least(client, stopped_run.id, 1)
-            client.stop_eval_run(stopped_run.id)
+            client.runs.stop(stopped_run.id)
             stopped = finished(client, stopped_run.id)
             assert (stopped.eval_run.status, stopped.eval_run.error) == (
                 "stopped",
@@ -390,7 +390,7 @@ def test_a_frozen_worker_loses_its_run_and_cannot_end_it_after_another_took_over
             frozen = None
             # Thawed, it learns the run is no longer its own and keeps out of it.
             time.sleep(3)
-            assert client.get_eval_run(created.id).eval_run.status == "finished"
+            assert client.runs.get(created.id).eval_run.status == "finished"
     finally:
         if frozen is not None:
             os.kill(frozen, signal.SIGCONT)

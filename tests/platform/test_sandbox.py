@@ -94,7 +94,7 @@ def logs(server: Server, run_id: str) -> list[str]:
 
 def attempts(server: Server, run_id: str) -> dict[int, tuple[str, str | None]]:
     with server.client() as client:
-        page = client.eval_run_attempts(run_id, limit=200)
+        page = client.runs.attempts(run_id, limit=200)
     return {a.row_index: (a.status, a.error_type) for a in page.attempts}
 
 
@@ -191,7 +191,7 @@ def test_a_hostile_rollout_reaches_nothing_of_the_platform(tmp_path, server, key
     assert all(v.startswith("denied") for v in found["sysctl_write"].values()), found
     assert not [fd for fd in found["fds"] if str(home) in fd and created.id not in fd]
     with server.client() as client:
-        client.stop_eval_run(victim_run.id)
+        client.runs.stop(victim_run.id)
         finished(client, victim_run.id)
 
 
@@ -221,10 +221,10 @@ def test_a_link_planted_in_the_trial_directory_is_never_written_through(tmp_path
         created = submit(client, repo, provided={"RUN_TOKEN": "run-token-to-be-redacted-42"})
         run = finished(client, created.id)
         assert run.eval_run.status == "finished", "\n".join(logs(server, created.id))
-        files = client.eval_run_files(created.id, types=["all"])
+        files = client.runs.files(created.id, types=["all"])
         for item in files.files:
             dest = tmp_path / "fetched" / item.path
-            client.download_eval_run_file(created.id, item.path, dest)
+            client.runs.download_file(created.id, item.path, dest)
     assert credentials.read_bytes() == before
     token = json.loads(before)["token"].encode()
     fetched = [p for p in (tmp_path / "fetched").rglob("*") if p.is_file()]

@@ -106,8 +106,8 @@ def test_a_token_and_its_dashboard_session_stop_when_it_expires(running_platform
     _, as_kai = new_user(running_platform, "kai")
     url = running_platform.url
     with PlatformClient(url, token=as_kai["OSMOSIS_TOKEN"]) as kai:
-        short = kai.create_own_token(name="short", expires_in=5)
-        hour = kai.create_own_token(name="hour", expires_in=3600)
+        short = kai.auth.create_token(name="short", expires_in=5)
+        hour = kai.auth.create_token(name="hour", expires_in=3600)
     assert short.expires_at is not None and hour.expires_at is not None
     auth = {"Authorization": f"Bearer {short.token}"}
     assert httpx.get(f"{url}/api/auth/whoami", headers=auth).status_code == 200
@@ -116,7 +116,7 @@ def test_a_token_and_its_dashboard_session_stop_when_it_expires(running_platform
 
         # A short-lived token cannot mint a lasting one: its child expires with it.
         with PlatformClient(url, token=hour.token) as by_hour:
-            child = by_hour.create_own_token(name="child", expires_in="never")
+            child = by_hour.auth.create_token(name="child", expires_in="never")
         assert child.expires_at == hour.expires_at
 
         time.sleep(max(0.0, (short.expires_at - datetime.now(UTC)).total_seconds()) + 0.5)
@@ -146,7 +146,7 @@ def test_a_deactivated_users_tokens_and_sessions_stop_at_once_and_their_runs_sta
     body = run_body(repo)
     body.repository.commit_sha = "ab" * 20  # never pushed: the run fails fast, and stays
     with PlatformClient(url, token=as_kim["OSMOSIS_TOKEN"]) as client:
-        run = client.submit_eval_run(git=repo.git, body=body)
+        run = client.runs.submit(git=repo.git, body=body)
     with sign_in(url, as_kim["OSMOSIS_TOKEN"]) as browser:
         assert signed_in(browser)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.cli.eval_download import (
+from osmosis.cli.eval.transfer import (
     DEFAULT_TYPES,
     TYPES,
     FetchError,

@@ -9,10 +9,9 @@ from uuid import uuid4
 
 import pytest
 
-from osmosis.eval.engine import FinishedAttempt
 from osmosis.eval.host.run_dir import RunDirectory, Slots
 from osmosis.eval.results.metrics import summarize
-from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord, FinishedAttempt
 from osmosis.platform.web.source import RunFilters, RunNotFound
 from osmosis.platform.web.source_local import LocalSource, _probe, is_locked
 

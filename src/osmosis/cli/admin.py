@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from osmosis.cli.auth import EXPIRES_HELP
+from osmosis.vocabulary import MAX_PAGE
 
 app = typer.Typer(help="Manage platform users and tokens (admin only).", no_args_is_help=True)
 user_app = typer.Typer(help="Create, list, deactivate and reactivate users.", no_args_is_help=True)
@@ -24,12 +25,12 @@ def create_user(
 ) -> None:
     """Create a user and print its first API token (once)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.wire import UserCreate
 
     request_body(UserCreate, name=name, email=email, is_admin=admin)  # every problem, first
     with platform_errors(), open_client(None) as client:
-        created = client.create_user(name=name, email=email, is_admin=admin)
+        created = client.admin.create_user(name=name, email=email, is_admin=admin)
     user = created.user
     from osmosis.cli.auth import SHOWN_ONCE, expiry_text
 
@@ -47,15 +48,15 @@ def create_user(
 
 @user_app.command("list")
 def list_users(
-    limit: int = typer.Option(50, "--limit", min=1, max=50, help="Users per page."),
+    limit: int = typer.Option(MAX_PAGE, "--limit", min=1, max=MAX_PAGE, help="Users per page."),
     offset: int = typer.Option(0, "--offset", min=0, help="Users to skip."),
 ) -> None:
     """List users."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with platform_errors(), open_client(None) as client:
-        page = client.list_users(limit=limit, offset=offset)
+        page = client.admin.list_users(limit=limit, offset=offset)
     from osmosis.cli.output import short_time
 
     output().listing(
@@ -79,12 +80,12 @@ def deactivate_user(
     """Stop a user's tokens and dashboard sessions at once (asks first). Their runs,
     secrets and memberships stay; `reactivate` lets their tokens work again."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     out = output()
     out.confirm(f"Deactivate {user}? Their tokens and sessions stop working now.", yes=yes)
     with platform_errors(), open_client(None) as client:
-        done = client.deactivate_user(user=user)
+        done = client.admin.deactivate_user(user=user)
     message = f"Deactivated {done.user.name} ({done.user.id}); {done.sessions_ended} " + (
         "dashboard session ended." if done.sessions_ended == 1 else "dashboard sessions ended."
     )
@@ -102,10 +103,10 @@ def reactivate_user(
 ) -> None:
     """Let a deactivated user's tokens (those not revoked or expired) work again."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with platform_errors(), open_client(None) as client:
-        public = client.reactivate_user(user=user)
+        public = client.admin.reactivate_user(user=user)
     output().operation(
         "admin.user.reactivate",
         message=f"Reactivated {public.name} ({public.id}).",
@@ -122,12 +123,14 @@ def create_token(
     """Issue another API token for a user and print it (once)."""
     from osmosis.cli.auth import SHOWN_ONCE, expiry_text, lifetime
     from osmosis.cli.credentials import open_client, platform_errors, request_body
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.wire import TokenCreate
 
     body = request_body(TokenCreate, name=name, expires_in=lifetime(expires_in))
     with platform_errors(), open_client(None) as client:
-        issued = client.create_token(user_id=user_id, name=body.name, expires_in=body.expires_in)
+        issued = client.admin.create_token(
+            user_id=user_id, name=body.name, expires_in=body.expires_in
+        )
     output().operation(
         "admin.token.create",
         message=f"Issued token {issued.name!r} for user {issued.user_id}, "
@@ -144,10 +147,10 @@ def list_tokens(
     secrets)."""
     from osmosis.cli.auth import TOKEN_COLUMNS, TOKEN_HEADERS, token_cells
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with platform_errors(), open_client(None) as client:
-        page = client.list_tokens(user_id=user_id)
+        page = client.admin.list_tokens(user_id=user_id)
     items = [token.model_dump(mode="json") for token in page.tokens]
     output().listing(
         items,

@@ -33,7 +33,7 @@ TOKEN_HEADERS = {
 def lifetime(text: str | None) -> int | str | None:
     """`--expires-in` as the API's `expires_in`, or a VALIDATION `CLIError` saying the form."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform.services.tokens import parse_lifetime
+    from osmosis.wire.tokens import parse_lifetime
 
     if text is None:
         return None
@@ -66,8 +66,7 @@ def login(
     Saved owner-only in $OSMOSIS_CONFIG_DIR/credentials.json (default ~/.osmosis/).
     """
     from osmosis.cli.credentials import allow_insecure_http, platform_errors, resolve, save_login
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.client import PlatformClient
 
     out = output()
@@ -84,7 +83,7 @@ def login(
         platform_errors(),
         PlatformClient(url, token, allow_insecure_http=allow_insecure_http(os.environ)) as client,
     ):
-        identity = client.whoami()
+        identity = client.auth.whoami()
         path = save_login(os.environ, url=client.base_url, token=token, user=identity.user.name)
     out.operation(
         "auth.login",
@@ -113,7 +112,7 @@ def logout(
         load_logins,
         resolve,
     )
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.client import PlatformAPIError, PlatformClient
 
     out = output()
@@ -125,7 +124,7 @@ def logout(
             with PlatformClient(
                 url, str(saved["token"]), allow_insecure_http=allow_insecure_http(os.environ)
             ) as client:
-                client.revoke_token()
+                client.auth.revoke_current_token()
         except PlatformAPIError as error:
             if error.status_code != 401:  # a 401: the token is dead already
                 raise as_cli_error(error) from None
@@ -146,11 +145,11 @@ def logout(
 def whoami() -> None:
     """Show the user behind the current token, and where the platform and token came from."""
     from osmosis.cli.credentials import open_client, platform_errors, resolve
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     connection = resolve(None, os.environ)
     with platform_errors(), open_client(None) as client:
-        identity = client.whoami()
+        identity = client.auth.whoami()
     expires = identity.token.expires_at
     output().detail(
         {
@@ -175,12 +174,12 @@ def create_token(
     """Create another token of yours and print it (once). It never outlives the token you
     run this with; your first token comes from an admin (osmosis admin user create)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.wire import TokenCreate
 
     body = request_body(TokenCreate, name=name, expires_in=lifetime(expires_in))
     with platform_errors(), open_client(None) as client:
-        issued = client.create_own_token(name=body.name, expires_in=body.expires_in)
+        issued = client.auth.create_token(name=body.name, expires_in=body.expires_in)
     output().operation(
         "auth.token.create",
         message=f"Created token {issued.name!r} ({issued.id}), "
@@ -193,11 +192,11 @@ def create_token(
 def list_tokens() -> None:
     """List your tokens: id, name, created, last used, expires, revoked (never the secrets)."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with platform_errors(), open_client(None) as client:
-        page = client.list_own_tokens()
-        current = client.whoami().token.id
+        page = client.auth.list_tokens()
+        current = client.auth.whoami().token.id
     items = [{**t.model_dump(mode="json"), "current": t.id == current} for t in page.tokens]
     output().listing(
         items,
@@ -221,15 +220,15 @@ def revoke_token(
 def revoke(token_id: str, *, yes: bool, own: bool) -> None:
     """Ask, revoke `token_id` (one's own, or with `own=False` any user's: admins) and say so."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     out = output()
     out.confirm(f"Revoke token {token_id}? Anything using it stops working.", yes=yes)
     with platform_errors(), open_client(None) as client:
         if own:
-            revoked = client.revoke_own_token(token_id=token_id)
+            revoked = client.auth.revoke_token(token_id=token_id)
         else:
-            revoked = client.revoke_token(token_id=token_id)
+            revoked = client.admin.revoke_token(token_id=token_id)
     out.operation(
         "auth.token.revoke" if own else "admin.token.revoke",
         message=f"Revoked token {revoked.name!r} ({revoked.id}).",

@@ -230,7 +230,7 @@ def open_client(
     """A `PlatformClient` for the resolved connection, or a `CLIError` saying what is missing.
 
     with open_client(None) as client:
-        client.whoami()
+        client.auth.whoami()
     """
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError, PlatformClient, check_platform_url

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from osmosis.vocabulary import MAX_PAGE
+
 if TYPE_CHECKING:
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError, PlatformClient
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Validate and manage datasets.", no_args_is_help=True)
 
-DEFAULT_LIMIT = 50
+DEFAULT_LIMIT = MAX_PAGE
 _RULES_HINT = (
     "A dataset is a .csv, .jsonl or .parquet file with at least 4 rows and either user_prompt "
     "and ground_truth (or label) columns, or a metadata column holding a JSON object per row."
@@ -49,7 +51,7 @@ def validate(
 
     Prints the rows, mode, columns and SHA-256, or each problem with its line, row and column.
     """
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     out = output()
     info = _validated(file)
@@ -84,8 +86,7 @@ def upload(
     With --overwrite an existing dataset gets a new version; earlier versions are kept, and
     runs keep reading the version they started with.
     """
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import git_context
     from osmosis.client import PlatformAPIError
 
@@ -95,7 +96,7 @@ def upload(
         # Ask about the name first: validating a large file takes minutes, and a clash (or a
         # platform that is down) would only be reported after them.
         try:
-            existing: DatasetPublic | None = client.dataset_info(git=workspace.identity, name=name)
+            existing: DatasetPublic | None = client.datasets.get(git=workspace.identity, name=name)
         except PlatformAPIError as error:
             if error.code != "NOT_FOUND":
                 raise
@@ -136,7 +137,7 @@ def upload(
                 yes=yes,
             )
         out.info(f"Uploading {file} ({info.size:,} bytes) as dataset {name}...")
-        dataset = client.upload_dataset(
+        dataset = client.datasets.upload(
             git=workspace.identity,
             path=file,
             size=info.size,
@@ -155,20 +156,19 @@ def upload(
 @app.command("list")
 def list_datasets(
     limit: Annotated[
-        int, typer.Option("--limit", min=1, max=50, help="Datasets per page (1-50).")
+        int, typer.Option("--limit", min=1, max=MAX_PAGE, help=f"Datasets per page (1-{MAX_PAGE}).")
     ] = DEFAULT_LIMIT,
     all_pages: Annotated[bool, typer.Option("--all", help="Every dataset, all pages.")] = False,
 ) -> None:
     """List this workspace's datasets with their newest version's status."""
-    from osmosis.cli.main import output
-    from osmosis.cli.output import byte_size, short_time
+    from osmosis.cli.output import byte_size, output, short_time
     from osmosis.cli.paging import check_limit, collect
     from osmosis.cli.workspace import git_context
 
     check_limit(limit, everything=all_pages)
     with _session(None) as (workspace, client):
         page = collect(
-            lambda limit, offset: client.list_datasets(
+            lambda limit, offset: client.datasets.list(
                 git=workspace.identity, limit=limit, offset=offset
             ),
             items=lambda page: page.datasets,
@@ -192,10 +192,10 @@ def list_datasets(
 @app.command("info")
 def info(name: NameArgument, version: VersionOption = None) -> None:
     """Show a dataset: status, file, format, rows, columns, size, SHA-256, uploader."""
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with _session(name) as (workspace, client):
-        dataset = client.dataset_info(git=workspace.identity, name=name, version=version)
+        dataset = client.datasets.get(git=workspace.identity, name=name, version=version)
     data = _row(dataset)
     data["columns"] = dataset.columns
     data["version_count"] = dataset.version_count
@@ -217,10 +217,10 @@ def preview(
     version: VersionOption = None,
 ) -> None:
     """Show the first rows of an uploaded dataset."""
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     with _session(name) as (workspace, client):
-        shown = client.preview_dataset(
+        shown = client.datasets.preview(
             git=workspace.identity, name=name, rows=rows, version=version
         )
     output().listing(
@@ -253,12 +253,11 @@ def download(
     version: VersionOption = None,
 ) -> None:
     """Download an uploaded dataset's file; its size and SHA-256 are verified."""
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import git_context
 
     with _session(name) as (workspace, client):
-        dataset = client.dataset_info(git=workspace.identity, name=name, version=version)
+        dataset = client.datasets.get(git=workspace.identity, name=name, version=version)
         # `-o dir/` names a directory even before it exists (Path() would drop the slash
         # and write a file called `dir`).
         if output_path is not None and output_path.endswith(("/", os.sep)):
@@ -278,7 +277,7 @@ def download(
                 details={"path": str(target)},
                 hint="pass --overwrite to replace it, or -o PATH to write elsewhere",
             )
-        size = client.download_dataset(
+        size = client.datasets.download(
             git=workspace.identity, name=name, dest=target, version=dataset.version
         )
     output().operation(
@@ -304,11 +303,10 @@ def logs(
     ] = None,
 ) -> None:
     """Show a dataset's processing logs, oldest first."""
-    from osmosis.cli.main import output
-    from osmosis.cli.output import short_time
+    from osmosis.cli.output import output, short_time
 
     with _session(name) as (workspace, client):
-        page = client.dataset_logs(git=workspace.identity, name=name, limit=limit, cursor=cursor)
+        page = client.datasets.logs(git=workspace.identity, name=name, limit=limit, cursor=cursor)
     out = output()
     out.listing(
         [

@@ -53,8 +53,7 @@ def fake_model(
     import signal
     import sys
 
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError, Mode
+    from osmosis.cli.output import CLIError, Mode, output
     from osmosis.testing import FakeModelServer, JudgeScript
 
     out = output()

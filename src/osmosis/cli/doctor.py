@@ -29,8 +29,7 @@ def doctor(
     ),
 ) -> None:
     """Check this workspace's layout as osmosis-ai does; --fix creates what is missing."""
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.templates import AGENT_FILES, WORKSPACE_DIRS, workspace_files, write_files
     from osmosis.workspace import WorkspaceError, find_top_level, resolve_workspace
 
@@ -105,7 +104,7 @@ def _sandbox() -> dict[str, object]:
     import os
 
     from osmosis.eval.sites.sandbox.support import sandbox_report
-    from osmosis.platform.core.settings import Settings, SettingsError
+    from osmosis.platform import Settings, SettingsError
 
     try:
         settings = Settings.from_env(os.environ)

@@ -27,8 +27,7 @@ def init_command(
     """Create a workspace: the directory layout, .gitignore, AGENTS.md and a working example."""
     import subprocess
 
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.templates import EXAMPLE, TEMPLATES, template_files, workspace_files, write_files
     from osmosis.workspace import WorkspaceError, find_top_level
 

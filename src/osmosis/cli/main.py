@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import MutableMapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,12 +20,17 @@ from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
 from osmosis.cli.credentials import use_platform
-from osmosis.cli.output import CLIError, Mode, Output, install_help_rendering
+from osmosis.cli.output import (
+    CLIError,
+    Mode,
+    Output,
+    install_help_rendering,
+    output,
+    speaking_through,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-_output: ContextVar[Output] = ContextVar("osmosis_cli_output")
 
 app = typer.Typer(
     name="osmosis",
@@ -36,16 +40,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def output() -> Output:
-    """The `Output` of the running command (set up by `main`)."""
-    try:
-        return _output.get()
-    except LookupError:  # a command invoked directly, e.g. by typer's test runner
-        out = Output()
-        _output.set(out)
-        return out
 
 
 def _version_callback(value: bool) -> None:
@@ -92,9 +86,6 @@ def _register_groups() -> None:
     app.add_typer(dataset.app, name="dataset")
     app.add_typer(dev.app, name="dev")
     app.add_typer(eval.app, name="eval")
-    from osmosis.cli import eval_view  # `eval view`: the dashboard over local runs
-
-    eval_view.register(eval.app)
     app.add_typer(server.app, name="server")
     app.add_typer(auth.app, name="auth")
     app.add_typer(admin.app, name="admin")
@@ -203,45 +194,44 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     if console is not None:
         out.console = console
         out.err_console = console
-    token = _output.set(out)
-    try:
-        out.command = _command_path([a for a in raw if not a.startswith("-")])
-        options = _split_global_flags(raw)
-        out.command = _command_path(options.args)
-        out.mode = options.mode
-        env_file = options.env_file or os.environ.get("OSMOSIS_ENV_FILE")
-        if env_file:
-            load_env_file(env_file, os.environ)
-        use_platform(options.platform)
-        result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
-        return result if isinstance(result, int) else 0
-    except CLIError as error:
-        out.error(error)
-        return error.exit_code
-    except typer.Abort:
-        return 130
-    except KeyboardInterrupt:
-        out.err_console.print("interrupted", markup=False)
-        return 130
-    except click_exceptions.ClickException as error:
-        if mode is Mode.JSON:
-            out.error(CLIError(error.format_message(), code="VALIDATION"))
-        else:
-            error.show()
-        return 2 if isinstance(error, click_exceptions.UsageError) else 1
-    except Exception as error:  # a bug: one line and the way to the traceback
-        if os.environ.get("OSMOSIS_DEBUG"):
-            raise
-        out.error(
-            CLIError(
-                f"unexpected error: {type(error).__name__}: {error}",
-                code="INTERNAL",
-                hint="this is a bug in osmosis; run again with OSMOSIS_DEBUG=1 for the traceback",
+    with speaking_through(out):
+        try:
+            out.command = _command_path([a for a in raw if not a.startswith("-")])
+            options = _split_global_flags(raw)
+            out.command = _command_path(options.args)
+            out.mode = options.mode
+            env_file = options.env_file or os.environ.get("OSMOSIS_ENV_FILE")
+            if env_file:
+                load_env_file(env_file, os.environ)
+            use_platform(options.platform)
+            result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
+            return result if isinstance(result, int) else 0
+        except CLIError as error:
+            out.error(error)
+            return error.exit_code
+        except typer.Abort:
+            return 130
+        except KeyboardInterrupt:
+            out.err_console.print("interrupted", markup=False)
+            return 130
+        except click_exceptions.ClickException as error:
+            if mode is Mode.JSON:
+                out.error(CLIError(error.format_message(), code="VALIDATION"))
+            else:
+                error.show()
+            return 2 if isinstance(error, click_exceptions.UsageError) else 1
+        except Exception as error:  # a bug: one line and the way to the traceback
+            if os.environ.get("OSMOSIS_DEBUG"):
+                raise
+            out.error(
+                CLIError(
+                    f"unexpected error: {type(error).__name__}: {error}",
+                    code="INTERNAL",
+                    hint="this is a bug in osmosis; run again with OSMOSIS_DEBUG=1 for the "
+                    "traceback",
+                )
             )
-        )
-        return 1
-    finally:
-        _output.reset(token)
+            return 1
 
 
 def run() -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TextIO
@@ -261,6 +263,33 @@ class Output:
             _line(self.err_console, f"hint: {error.hint}")
 
 
+_current: ContextVar[Output] = ContextVar("osmosis_cli_output")
+
+
+def output() -> Output:
+    """The `Output` of the running command (set up by `osmosis.cli.main.main`).
+
+    out = output()
+    out.detail({"name": "qa"}, title="Dataset")
+    """
+    try:
+        return _current.get()
+    except LookupError:  # a command invoked directly, e.g. by typer's test runner
+        out = Output()
+        _current.set(out)
+        return out
+
+
+@contextmanager
+def speaking_through(out: Output) -> Iterator[Output]:
+    """Make `out` what `output()` returns inside the block (one command's run)."""
+    token = _current.set(out)
+    try:
+        yield out
+    finally:
+        _current.reset(token)
+
+
 def _line(console: Console, text: str, *, style: str | None = None) -> None:
     """One message line, printed as written. Off a terminal (a CI log, a pipe) it is not
     hard-wrapped at 80 columns, so a printed command (`--name X --retry-failed`) can be
@@ -285,14 +314,10 @@ def short_time(value: Any, *, seconds: bool = False) -> str:
 
 
 def byte_size(value: Any) -> str:
-    """A byte count as `313 B`, `4.2 KB`, `1.3 GB` for a table cell."""
-    if not isinstance(value, int):
-        return _plain(value)
-    size, units = float(value), ["B", "KB", "MB", "GB", "TB"]
-    while size >= 1000 and len(units) > 1:
-        size /= 1000
-        units.pop(0)
-    return f"{value} B" if units[0] == "B" else f"{size:.1f} {units[0]}"
+    """A byte count as `313 B`, `4.2 KiB`, `1.3 GiB` for a table cell (`-` if absent)."""
+    from osmosis.vocabulary import format_bytes
+
+    return format_bytes(value) if isinstance(value, int) else _plain(value)
 
 
 def _plain(value: Any) -> str:

@@ -1,6 +1,6 @@
 """`--limit N` / `--all` for list commands: one page, or every page, of a paged API route.
 
-page = collect(lambda limit, offset: client.list_secrets(git=g, limit=limit, offset=offset),
+page = collect(lambda limit, offset: client.secrets.list(git=g, limit=limit, offset=offset),
                items=lambda page: page.secrets, limit=20, everything=False)
 page.items, page.total_count, page.has_more, page.next_offset
 """
@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-MAX_PAGE = 50  # the platform's largest page
+from osmosis.vocabulary import MAX_PAGE
+
 DEFAULT_LIMIT = MAX_PAGE
 
 
@@ -23,7 +24,7 @@ def check_limit(limit: int, *, everything: bool) -> None:
         raise CLIError(
             f"--all and --limit {limit} cannot be used together",
             details={"limit": limit, "all": True},
-            hint="--all lists everything; --limit N shows the first N (1-50)",
+            hint=f"--all lists everything; --limit N shows the first N (1-{MAX_PAGE})",
             exit_code=2,
         )
 

@@ -25,8 +25,7 @@ def init_command(
     """Create rollouts/NAME with a working main.py, and its eval and training configs."""
     import shutil
 
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.cli.template import workspace_root
     from osmosis.templates import rollout_files, rollout_name_problem, write_files
 

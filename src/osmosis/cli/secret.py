@@ -16,6 +16,8 @@ from typing import Any
 
 import typer
 
+from osmosis.vocabulary import MAX_PAGE
+
 app = typer.Typer(help="Manage workspace and personal secrets.", no_args_is_help=True)
 
 
@@ -105,7 +107,7 @@ def set_secret(
 ) -> None:
     """Create or replace a secret; the value comes from --env VAR or a hidden prompt."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.cli.workspace import current_workspace, git_context
 
     out = output()
@@ -113,7 +115,7 @@ def set_secret(
     workspace = current_workspace()
     value = _read_value(name, env_var, interactive=out.interactive)
     with platform_errors(), open_client(None) as client:
-        secret = client.set_secret(
+        secret = client.secrets.set(
             git=workspace.identity, name=name, value=value, scope=scope.value
         )
     out.operation(
@@ -126,13 +128,18 @@ def set_secret(
 @app.command("list")
 def list_secrets(
     scope: ListScope = typer.Option(ListScope.all, "--scope", help="Which secrets to list."),
-    limit: int = typer.Option(50, "--limit", min=1, max=50, help="Secrets to show (1-50)."),
+    limit: int = typer.Option(
+        MAX_PAGE,
+        "--limit",
+        min=1,
+        max=MAX_PAGE,
+        help=f"Secrets to show (1-{MAX_PAGE}).",
+    ),
     everything: bool = typer.Option(False, "--all", help="Every secret, page after page."),
 ) -> None:
     """List secret names (never values) visible to you in this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
-    from osmosis.cli.output import short_time
+    from osmosis.cli.output import output, short_time
     from osmosis.cli.paging import check_limit, collect
     from osmosis.cli.workspace import current_workspace, git_context
 
@@ -140,7 +147,7 @@ def list_secrets(
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
         page = collect(
-            lambda limit, offset: client.list_secrets(
+            lambda limit, offset: client.secrets.list(
                 git=workspace.identity, scope=scope.value, limit=limit, offset=offset
             ),
             items=lambda page: page.secrets,
@@ -168,9 +175,8 @@ def delete_secret(
 ) -> None:
     """Delete a secret (asks first unless --yes)."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
-    from osmosis.cli.paging import MAX_PAGE, collect
+    from osmosis.cli.output import CLIError, output
+    from osmosis.cli.paging import collect
     from osmosis.cli.workspace import current_workspace, git_context
 
     out = output()
@@ -179,7 +185,7 @@ def delete_secret(
     with platform_errors(), open_client(None) as client:
         # Check before asking: a typo should fail at once, with a hint to the other scope.
         visible = collect(
-            lambda limit, offset: client.list_secrets(
+            lambda limit, offset: client.secrets.list(
                 git=workspace.identity, limit=limit, offset=offset
             ),
             items=lambda page: page.secrets,
@@ -201,7 +207,7 @@ def delete_secret(
                 hint=hint,
             )
         out.confirm(f"Delete {scope.value} secret {name} from {workspace.identity}?", yes=yes)
-        secret = client.delete_secret(git=workspace.identity, name=name, scope=wire)
+        secret = client.secrets.delete(git=workspace.identity, name=name, scope=wire)
     out.operation(
         "secret.delete",
         message=f"Deleted {scope.value} secret {name} from {workspace.identity}.",

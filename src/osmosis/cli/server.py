@@ -4,7 +4,8 @@ state, migrate the database.
 A running server announces itself in `<home>/server.pid` and `<home>/server.json`, a worker
 process (`--role worker`) in `<home>/worker.json`; `stop` and `status` read those, and
 `status` also lists every live process of the platform from the database
-(`cli/server_platform.py`). Typer only at module level: FastAPI loads when a server starts.
+(`osmosis.platform.platform_status`). Typer only at module level: FastAPI loads when a server
+starts. The platform is reached only through its public face, `osmosis.platform`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import typer
 
 if TYPE_CHECKING:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.core.home_lock import HomeInUse
-    from osmosis.platform.core.settings import Settings
+    from osmosis.platform import HomeInUse, Settings
 
 app = typer.Typer(help="Run the self-hosted platform.", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ STOP_TIMEOUT = 20.0
 
 def _settings(**overrides: Any) -> Settings:
     from osmosis.cli.output import CLIError
-    from osmosis.platform.core.settings import Settings, SettingsError
+    from osmosis.platform import Settings, SettingsError
 
     try:
         return Settings.from_env(os.environ, **overrides)
@@ -71,8 +71,7 @@ def start(
     A team's platform: `osmosis server migrate` once, then `--role api` and
     `--role worker` processes on one PostgreSQL and one blob directory.
     """
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.loopback import is_loopback
 
     settings = _settings(host=host, port=port, home=home, role=role)
@@ -97,16 +96,16 @@ def start(
         )
     if sandbox["warning"] and settings.role != "api":
         output().warn(str(sandbox["warning"]))
-    from osmosis.platform.core.home_lock import Holder, HomeInUse, read_holder
+    from osmosis.platform import Holder, HomeInUse, lock_holder, server_pid, worker_pid
 
-    holder = read_holder(settings.lock_file) if serves_http else None
-    running = _running_pid(settings) if serves_http else None
+    holder = lock_holder(settings) if serves_http else None
+    running = server_pid(settings) if serves_http else None
     if holder is not None or running is not None:
         # The server's lock decides (see `serve`); this early check only saves a spawn.
         state = _read_state(settings)
         known = holder or Holder(pid=running or 0, port=state.get("port", 0), url="")
         raise _home_in_use(HomeInUse(settings.home, known))
-    worker = _running_worker(settings) if settings.role != "api" else None
+    worker = worker_pid(settings) if settings.role != "api" else None
     if worker is not None:
         raise _worker_in_use(settings, worker)
     if serves_http and _port_answers(settings):
@@ -128,11 +127,13 @@ def start(
             next_steps=[{"command": "osmosis server stop"}],
         )
         return
-    from osmosis.platform.core.blobs import BlobStoreError
-    from osmosis.platform.core.crypto import SecretKeyError
-    from osmosis.platform.core.db.engine import DatabaseUnavailable
-    from osmosis.platform.core.schema_revision import SchemaMismatch
-    from osmosis.platform.server import serve
+    from osmosis.platform import (
+        BlobStoreError,
+        DatabaseUnavailable,
+        SchemaMismatch,
+        SecretKeyError,
+        serve,
+    )
 
     if serves_http:
         output().info(f"Platform at {settings.url} (home {settings.home}); Ctrl-C stops it.")
@@ -142,7 +143,7 @@ def start(
         serve(settings)
     except HomeInUse as error:
         if error.home == settings.home and settings.role != "api":
-            worker = _running_worker(settings)
+            worker = worker_pid(settings)
             if worker is not None:
                 raise _worker_in_use(settings, worker) from None
         raise _home_in_use(error) from None
@@ -169,11 +170,12 @@ def stop(home: Path | None = HomeOption) -> None:
     """Stop a home's background server and worker (SIGTERM, then wait).
 
     A stopped worker's runs go back to the queue, for any worker to resume."""
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
+    from osmosis.platform import server_pid, worker_pid
 
     settings = _settings(home=home)
-    pid = _running_pid(settings)
-    worker = _running_worker(settings)
+    pid = server_pid(settings)
+    worker = worker_pid(settings)
     if pid is None and worker is None:
         _clear_stale(settings)
         output().operation(
@@ -200,10 +202,11 @@ def stop(home: Path | None = HomeOption) -> None:
 
 def _terminate(pid: int, what: str) -> None:
     from osmosis.cli.output import CLIError
+    from osmosis.platform import process_alive
 
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while _alive(pid):
+    while process_alive(pid):
         if time.monotonic() > deadline:
             raise CLIError(
                 f"the {what} (pid {pid}) did not stop within {STOP_TIMEOUT:.0f} s",
@@ -219,16 +222,16 @@ def status(home: Path | None = HomeOption) -> None:
     """Show a home's server and worker, and every live process of the platform.
 
     The platform's processes and the runs each worker holds come from the database."""
-    from osmosis.cli.main import output
-    from osmosis.cli.server_platform import platform_view
+    from osmosis.cli.output import output
+    from osmosis.platform import platform_status, server_pid, worker_pid
 
     settings = _settings(home=home)
-    pid = _running_pid(settings)
-    worker = _running_worker(settings)
+    pid = server_pid(settings)
+    worker = worker_pid(settings)
     described = _describe(settings, pid=pid, running=pid is not None)
     described["worker"] = {"running": worker is not None, "pid": worker}
     output().detail(
-        {**described, **_disk(settings), **_sandbox(settings), **platform_view(settings)},
+        {**described, **_disk(settings), **_sandbox(settings), **platform_status(settings)},
         title="Platform server",
     )
 
@@ -238,11 +241,18 @@ def migrate(home: Path | None = HomeOption) -> None:
     """Apply the database migrations (once, before starting api/worker processes).
 
     API and worker processes refuse an older schema; `--role all` migrates by itself."""
-    from osmosis.cli.main import output
-    from osmosis.cli.server_platform import migrate_database
+    from osmosis.cli.output import CLIError, output
+    from osmosis.platform import DatabaseUnavailable, SchemaMismatch, migrate_database
 
     settings = _settings(home=home)
-    found, now = migrate_database(settings)
+    try:
+        found, now = migrate_database(settings)
+    except DatabaseUnavailable as error:
+        raise CLIError(str(error), code="VALIDATION", hint="check OSMOSIS_DATABASE_URL") from None
+    except SchemaMismatch as error:
+        raise CLIError(
+            str(error), code="CONFLICT", hint="upgrade osmosis on this machine"
+        ) from None
     message = (
         f"The database is at revision {now} already."
         if found == now
@@ -269,20 +279,6 @@ def _describe(settings: Settings, *, pid: int | None, running: bool) -> dict[str
     }
 
 
-def _running_worker(settings: Settings) -> int | None:
-    """The home's worker process (`--role worker`, or the worker part of a server with role
-    all, which is the server's own pid): its state file's, else the worker lock's holder."""
-    from osmosis.platform.core.home_lock import is_osmosis_process, read_holder
-
-    pid = _worker_state_pid(settings)
-    if pid is not None and is_osmosis_process(pid):
-        return pid
-    holder = read_holder(settings.worker_lock_file)
-    if holder is None or holder.pid == _running_pid(settings):
-        return None  # no worker, or the one inside the server (role all)
-    return holder.pid
-
-
 def _worker_in_use(settings: Settings, pid: int) -> CLIError:
     from osmosis.cli.output import CLIError
 
@@ -305,9 +301,9 @@ def _read_state(settings: Settings) -> dict[str, Any]:
 
 
 def _disk(settings: Settings) -> dict[str, Any]:
-    from osmosis.platform.core.disk import disk_space
+    from osmosis.platform import home_disk
 
-    space = disk_space(settings.home, min_free_bytes=settings.min_free_disk_bytes)
+    space = home_disk(settings)
     described: dict[str, Any] = {"low_disk": space.low, "disk_free_bytes": space.free_bytes}
     if space.low:
         described["disk_warning"] = f"{space.describe(settings.home)}: no run starts"
@@ -340,27 +336,6 @@ def _home_in_use(error: HomeInUse) -> CLIError:
     )
 
 
-def _alive(pid: int) -> bool:
-    from osmosis.platform.core.home_lock import process_alive
-
-    return process_alive(pid)
-
-
-def _running_pid(settings: Settings) -> int | None:
-    """The server's pid: the pid file's, else the home lock's holder; only a live osmosis
-    process counts (a pid recycled by another program after a crash must not be signalled)."""
-    from osmosis.platform.core.home_lock import is_osmosis_process, read_holder
-
-    try:
-        pid = int(settings.pid_file.read_text(encoding="utf-8").split()[0])
-    except (OSError, ValueError, IndexError):
-        pid = None
-    if pid is not None and is_osmosis_process(pid):
-        return pid
-    holder = read_holder(settings.lock_file)  # no pid file yet (starting), or a stale one
-    return holder.pid if holder else None
-
-
 def _clear_stale(settings: Settings) -> None:
     settings.pid_file.unlink(missing_ok=True)
     settings.state_file.unlink(missing_ok=True)
@@ -381,7 +356,7 @@ def _port_answers(settings: Settings) -> bool:
 def _spawn(settings: Settings) -> int:
     """Start `osmosis server start` in a new session, and wait until it answers health."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform.core.home_lock import HomeInUse, read_holder
+    from osmosis.platform import HomeInUse, lock_holder, worker_state_pid
     from osmosis.private_file import make_private_dir, open_private_append
 
     make_private_dir(settings.home)
@@ -415,7 +390,7 @@ def _spawn(settings: Settings) -> int:
     while time.monotonic() < deadline:
         if child.poll() is not None:
             # Another start won the home's lock at the same moment: say which server runs.
-            holder = read_holder(settings.worker_lock_file if worker else settings.lock_file)
+            holder = lock_holder(settings, worker=worker)
             if holder is not None and holder.pid != child.pid:
                 if worker:
                     raise _worker_in_use(settings, holder.pid)
@@ -426,7 +401,7 @@ def _spawn(settings: Settings) -> int:
                 details={"log_file": str(log_file), "log_tail": _tail(log_file)},
                 hint=f"see {log_file}",
             )
-        if worker and _worker_state_pid(settings) == child.pid:
+        if worker and worker_state_pid(settings) == child.pid:
             return child.pid
         if not worker and _read_state(settings).get("pid") == child.pid and _healthy(settings.url):
             return child.pid
@@ -439,15 +414,6 @@ def _spawn(settings: Settings) -> int:
         details={"log_file": str(log_file)},
         hint=f"see {log_file}",
     )
-
-
-def _worker_state_pid(settings: Settings) -> int | None:
-    import json
-
-    try:
-        return int(json.loads(settings.worker_state_file.read_text(encoding="utf-8"))["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def _healthy(url: str) -> bool:

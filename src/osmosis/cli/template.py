@@ -36,7 +36,7 @@ def workspace_root(start: Path | None = None) -> Path:
 @app.command("list")
 def list_command() -> None:
     """List the templates `osmosis template apply` can add."""
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.templates import TEMPLATES
 
     output().listing(
@@ -52,8 +52,7 @@ def apply_command(
     force: bool = typer.Option(False, "--force", "-f", help="Replace existing template files."),
 ) -> None:
     """Copy a template's rollout, config and data into this workspace."""
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.templates import TEMPLATES, template_files, write_files
 
     template = TEMPLATES.get(name)

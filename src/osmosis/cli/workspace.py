@@ -88,11 +88,11 @@ def create(
     the origin must be one the server may clone (OSMOSIS_CLONE_ALLOW).
     """
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     identity = _identity(origin)
     with platform_errors(), open_client(None) as client:
-        public = client.create_workspace(identity=identity, owner=owner)
+        public = client.workspaces.create(identity=identity, owner=owner)
     owners = ", ".join(m.name for m in public.members if m.role == "owner")
     output().operation(
         "workspace.create",
@@ -105,11 +105,10 @@ def create(
 def list_workspaces() -> None:
     """List the workspaces you belong to, with your role in each."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
-    from osmosis.cli.output import short_time
+    from osmosis.cli.output import output, short_time
 
     with platform_errors(), open_client(None) as client:
-        page = client.list_workspaces()
+        page = client.workspaces.list()
     output().listing(
         [ws.model_dump(mode="json") for ws in page.workspaces],
         columns=["identity", "role", "members", "created_at", "id"],
@@ -124,13 +123,12 @@ def list_workspaces() -> None:
 def info() -> None:
     """Show this repository's workspace and its members (an admin's first use creates it)."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
-    from osmosis.cli.output import Mode
+    from osmosis.cli.output import Mode, output
     from osmosis.workspace import redact_url
 
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
-        public = client.workspace(git=workspace.identity)
+        public = client.workspaces.get(git=workspace.identity)
     out = output()
     data: dict[str, Any] = {
         "identity": public.identity,
@@ -164,8 +162,7 @@ def set_options(
 ) -> None:
     """Change this repository's workspace settings (admins only)."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
 
     choices = {"bridge": "bridge", "full": "full", "default": None}
     if sandbox_network not in choices:
@@ -175,7 +172,7 @@ def set_options(
         )
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
-        public = client.update_workspace(
+        public = client.workspaces.update(
             git=workspace.identity, sandbox_network=choices[sandbox_network]
         )
     shown = public.sandbox_network or "the platform's default"
@@ -193,11 +190,11 @@ ROLE_HELP = "owner (adds, removes and re-roles members) or member."
 def list_members() -> None:
     """List this repository's workspace members: name, email, role, active."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     workspace = current_workspace()
     with platform_errors(), open_client(None) as client:
-        public = client.workspace(git=workspace.identity)
+        public = client.workspaces.get(git=workspace.identity)
     output().listing(
         _members(public),
         columns=["name", "email", "role", "active", "user_id"],
@@ -213,14 +210,14 @@ def add_member(
 ) -> None:
     """Add an existing platform user to this repository's workspace (owners only)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.wire import MemberAdd
 
     workspace = current_workspace()
     by = {"email": user} if "@" in user else {"user_id": user}
     request_body(MemberAdd, role=role, **by)
     with platform_errors(), open_client(None) as client:
-        public = client.add_workspace_member(git=workspace.identity, role=role, **by)
+        public = client.workspaces.add_member(git=workspace.identity, role=role, **by)
     output().operation(
         "workspace.member.add",
         message=f"Added {user} to workspace {public.identity} as {role}.",
@@ -236,13 +233,13 @@ def remove_member(
     """Remove a member (owners only), or leave the workspace yourself (asks first). The
     last active owner cannot be removed; the member's runs stay."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
 
     workspace = current_workspace()
     out = output()
     out.confirm(f"Remove {user} from workspace {workspace.identity}?", yes=yes)
     with platform_errors(), open_client(None) as client:
-        removed = client.remove_workspace_member(git=workspace.identity, member=user)
+        removed = client.workspaces.remove_member(git=workspace.identity, member=user)
     out.operation(
         "workspace.member.remove",
         message=f"Removed {removed.name} from workspace {workspace.identity}.",
@@ -257,13 +254,13 @@ def set_role(
 ) -> None:
     """Make a member an owner, or an owner a member (owners only; one active owner stays)."""
     from osmosis.cli.credentials import open_client, platform_errors, request_body
-    from osmosis.cli.main import output
+    from osmosis.cli.output import output
     from osmosis.wire import MemberUpdate
 
     workspace = current_workspace()
     request_body(MemberUpdate, role=role)
     with platform_errors(), open_client(None) as client:
-        public = client.set_workspace_member_role(git=workspace.identity, member=user, role=role)
+        public = client.workspaces.set_member_role(git=workspace.identity, member=user, role=role)
     output().operation(
         "workspace.member.set-role",
         message=f"{user} is now {'an owner' if role == 'owner' else 'a member'} of "

@@ -22,6 +22,9 @@ Honesty rules (issue 11):
 - Every dispatched task is awaited and its result read; an unexpected exception halts the
   run naming the attempt. The outcome's counts come from those results.
 - A halt stops dispatch at once and cancels what is in flight: all of it stays pending.
+- The bridge serves an attempt's rollout id from its dispatch until its result is in
+  (`open_rollout`, `close_rollout`): a model call under any other id is refused, so every
+  call the provider answers is in some attempt's tokens and cost.
 """
 
 from __future__ import annotations
@@ -31,25 +34,27 @@ import contextlib
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
-from osmosis.eval.results.classify import RESOURCE_LIMIT, attempt_trajectory, classify
-from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.classify import attempt_trajectory, classify
+from osmosis.eval.results.records import AttemptRecord, FinishedAttempt, PolicyCall, WorkItem
 from osmosis.eval.sites.api import (
     PROTOCOL_ERROR,
+    RESOURCE_LIMIT,
     AdmissionRejected,
     AtCapacity,
     Lease,
     MalformedResponse,
+    ResourceLimitBreach,
     ResultDeadlineExceeded,
+    ResultWithBreach,
     RolloutServerUnavailable,
 )
 from osmosis.eval.sites.seam import Endpoint, Site
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
-from osmosis.rollout.types import ErrorCategory, Messages, RolloutStatus
+from osmosis.rollout.types import ErrorCategory, RolloutStatus
 
 SUPERVISOR_GRACE_SEC = 60.0
 """Beyond the agent and grader deadlines, how long the engine waits for a result."""
@@ -74,29 +79,6 @@ _REMOTE_CANCEL_SEC = 5.0
 _VERDICT_POLL_SEC = 0.05
 
 
-@dataclass(frozen=True)
-class WorkItem:
-    """One attempt to make: a selected row and which of its `n` attempts this is."""
-
-    row_index: int
-    run_index: int
-    source_row_index: int
-    messages: Messages
-    label: str | None
-    metadata: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class FinishedAttempt:
-    """What the sink stores for one attempt."""
-
-    record: AttemptRecord
-    trajectory: dict[str, Any] | None
-    """The ATIF document, enriched with the bridge's per-call tokens, cost and latency."""
-    trial_dir: Path | None
-    """A local directory holding `trajectory.json` and `artifacts/` of this attempt."""
-
-
 class ResultsSink(Protocol):
     """Where finished attempts go. `store` returns once the attempt is durable (the run
     directory writes on a thread with group commit: the event loop never waits on a disk)."""
@@ -104,25 +86,6 @@ class ResultsSink(Protocol):
     async def store(self, attempt: FinishedAttempt) -> None: ...
 
     def log(self, line: str) -> None: ...
-
-
-class PolicyCall(Protocol):
-    """What the engine reads of one bridge call (see `osmosis.eval.model.bridge.CallRecord`)."""
-
-    @property
-    def prompt_tokens(self) -> int | None: ...
-    @property
-    def completion_tokens(self) -> int | None: ...
-    @property
-    def cost_usd(self) -> float | None: ...
-    @property
-    def latency_ms(self) -> float: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def status_code(self) -> int: ...
-    @property
-    def response_message(self) -> Mapping[str, Any] | None: ...
 
 
 class PolicyBridge(Protocol):
@@ -137,7 +100,13 @@ class PolicyBridge(Protocol):
     @property
     def outage_reason(self) -> str | None: ...
 
-    def rollout_url(self, rollout_id: str) -> str: ...
+    def open_rollout(self, rollout_id: str) -> str:
+        """Serve calls under `rollout_id` (just dispatched); returns its model URL."""
+        ...
+
+    def close_rollout(self, rollout_id: str) -> None:
+        """Serve no more calls under `rollout_id` (its attempt is over)."""
+        ...
 
     def take_calls(self, rollout_id: str) -> Sequence[PolicyCall]: ...
 
@@ -225,7 +194,7 @@ class _Running:
     recording: bool = False  # finished, being stored: never cancelled, never requeued
     recorded: bool = False
     released: bool = False  # its concurrency slot and endpoint share are free again
-    verdict: str | None = None  # charged with its endpoint's resource limit: fails with it
+    breach: ResourceLimitBreach | None = None  # its endpoint's resource limit: fails with it
     solo: bool = False  # a suspect of a resource limit, run alone on its endpoint
 
 
@@ -485,6 +454,9 @@ class Engine:
             if fault is not None:
                 return _Requeue(fault, counts=False)
         duration_ms = (time.monotonic() - started) * 1000
+        # The attempt is over: a call made under its id from now on is refused, so every call
+        # the provider answers is in the calls taken here (or counted late by the bridge).
+        self.bridge.close_rollout(run.rollout_id)
         calls = list(self.bridge.take_calls(run.rollout_id))
         if result.status is not RolloutStatus.SUCCESS and any(
             call.status_code in (502, 503) for call in calls
@@ -527,7 +499,7 @@ class Engine:
             initial_messages=run.item.messages,
             label=run.item.label,
             metadata=run.item.metadata,
-            chat_completions_url=self.bridge.rollout_url(rollout_id),
+            chat_completions_url=self.bridge.open_rollout(rollout_id),
             llm_api_key=self.bridge.token,
             agent_timeout_sec=self.settings.agent_timeout_sec,
             grader_timeout_sec=self.settings.grader_timeout_sec,
@@ -576,8 +548,8 @@ class Engine:
         or charges it with the resource limit that killed it (then it fails with that)."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(run.lane.endpoint.dead.wait(), _DEATH_NOTICE_SEC)
-        if run.verdict is not None:
-            return _failure(run.rollout_id, run.verdict)
+        if run.breach is not None:
+            return _breached(run.rollout_id, run.breach)
         self._suspect(run.lane, str(fault))
         return _Requeue(str(fault))
 
@@ -607,8 +579,9 @@ class Engine:
         self._wake.set()
 
     async def _watch_endpoint(self, lane: _Lane) -> None:
-        await lane.endpoint.dead.wait()
-        self._retire(lane, lane.endpoint.death_reason or f"{lane.endpoint.name} is gone")
+        endpoint = lane.endpoint
+        await endpoint.dead.wait()
+        self._retire(lane, endpoint.death_reason or f"{endpoint.name} is gone", endpoint.breach)
 
     def _cool(self, lane: _Lane, seconds: float) -> None:
         now = time.monotonic()
@@ -642,12 +615,13 @@ class Engine:
                 f"rollout endpoint {endpoint.name} stopped answering ({fault}; "
                 f"GET /health: {type(error).__name__}: {error})"
             )
-            self._retire(lane, reason)
+            self._retire(lane, reason, endpoint.breach)
         finally:
             lane.probing = False
 
-    def _retire(self, lane: _Lane, reason: str) -> None:
-        """The endpoint is gone: its attempts go back to pending; ask the site for another."""
+    def _retire(self, lane: _Lane, reason: str, breach: ResourceLimitBreach | None = None) -> None:
+        """The endpoint is gone: its attempts go back to pending; ask the site for another.
+        `breach`: the resource limit that killed it, when one did (the sandbox site)."""
         if lane.retired:
             return
         lane.retired = True
@@ -657,9 +631,9 @@ class Engine:
             for t, r in self._running.items()
             if r.lane is lane and not t.done() and not r.recording
         ]
-        # A resource limit (the sandbox site says so in its death reason) is the doing of an
-        # attempt: the one alone on the endpoint is charged with it; several are suspects.
-        limit = reason.startswith(RESOURCE_LIMIT)
+        # A resource limit is the doing of an attempt: the one alone on the endpoint is
+        # charged with it; several are suspects.
+        limit = breach is not None
         charged = drained[0][1] if limit and len(drained) == 1 else None
         if charged is not None:
             fate = (
@@ -675,7 +649,7 @@ class Engine:
         )
         for task, run in drained:
             if run is charged:
-                run.verdict = reason  # not cancelled: it fails as soon as its call returns
+                run.breach = breach  # not cancelled: it fails as soon as its call returns
                 continue
             run.requeue = f"endpoint {endpoint.name} is gone"
             if limit:
@@ -781,6 +755,15 @@ def _failure(
     )
 
 
+def _breached(rollout_id: str, breach: ResourceLimitBreach) -> RolloutResultResponse:
+    return ResultWithBreach(
+        rollout_id=rollout_id,
+        status=RolloutStatus.FAILURE,
+        err_message=str(breach),
+        breach=breach,
+    )
+
+
 async def _aiter(items: Iterable[WorkItem] | AsyncIterator[WorkItem]) -> AsyncIterator[WorkItem]:
     if isinstance(items, AsyncIterator):
         async for item in items:
@@ -796,9 +779,6 @@ __all__ = [
     "Engine",
     "EngineOutcome",
     "EngineSettings",
-    "FinishedAttempt",
     "PolicyBridge",
-    "PolicyCall",
     "ResultsSink",
-    "WorkItem",
 ]

@@ -1,7 +1,7 @@
 """Why a run cannot start or go on, in the same words for every host.
 
     try:
-        report = await run_local(plan, reporter)
+        report = await run_evaluation(plan, reporter)
     except HostError as error:
         print(error.code, error, error.hint)   # the CLI: exit 1 with this; the worker: failed
 

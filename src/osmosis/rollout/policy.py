@@ -18,16 +18,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from osmosis.rollout.context import PolicyCall, RolloutContext, require_rollout_context
+from osmosis.rollout.context import RolloutContext, require_rollout_context
 from osmosis.rollout.http1 import Http1Client, encode_headers
-from osmosis.rollout.types import Message, Messages
+from osmosis.rollout.policy_exchange import POLICY_TIMEOUT_SEC, record_exchange
+from osmosis.rollout.types import Message
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 # The bridge ignores the model name and pins the run's model; this one only fills the field.
 PLACEHOLDER_MODEL = "osmosis-rollout"
-POLICY_TIMEOUT_SEC = 600.0
 _KEEPALIVE_SEC = 4.0  # below uvicorn's default keep-alive (5 s): never a closing connection
 _JSON = encode_headers({"Content-Type": "application/json"})
 
@@ -117,23 +117,6 @@ def _completions_url(ctx: RolloutContext) -> str:
     if not ctx.chat_completions_url:
         raise RuntimeError("this rollout has no chat_completions_url")
     return ctx.chat_completions_url.rstrip("/") + "/chat/completions"
-
-
-def record_exchange(
-    ctx: RolloutContext, body: dict[str, Any], message: Message, payload: Any, latency_ms: float
-) -> None:
-    usage = payload.get("usage") or {} if isinstance(payload, dict) else {}
-    messages: Messages = [dict(m) for m in body.get("messages") or []]
-    ctx.recorder.record(
-        PolicyCall(
-            request_messages=messages,
-            response_message=message,
-            model=payload.get("model") if isinstance(payload, dict) else None,
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            latency_ms=round(latency_ms, 3),
-        )
-    )
 
 
 def _error_text(content: bytes) -> str:

@@ -5,7 +5,8 @@ and recording every non-streaming chat completion, as `ctx.chat` does.
     await client.chat.completions.create(model="any", messages=[...])
 
 Apart from `osmosis.rollout.policy` because it needs httpx (the transport openai uses),
-whose import costs ~60 ms that a workflow calling only `ctx.chat` should not pay.
+whose import costs ~60 ms that a workflow calling only `ctx.chat` should not pay. What the
+two share (the call timeout, recording an exchange) is in `osmosis.rollout.policy_exchange`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from osmosis.rollout.context import RolloutContext, require_rollout_context
-from osmosis.rollout.policy import POLICY_TIMEOUT_SEC, record_exchange
+from osmosis.rollout.policy_exchange import POLICY_TIMEOUT_SEC, record_exchange
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

@@ -1,6 +1,6 @@
 """Wire models of the dataset API (`/api/datasets`), shared by the server and the client.
 
-    page = client.list_datasets(git="owner/repo")  # DatasetList
+    page = client.datasets.list(git="owner/repo")  # DatasetList
     page.datasets[0].status  # 'uploaded'
 
 Pydantic only: importing this module pulls in no server code.
@@ -16,8 +16,6 @@ from pydantic import BaseModel, ConfigDict
 DatasetStatus = Literal["uploading", "processing", "uploaded", "error"]
 DatasetFormat = Literal["csv", "jsonl", "parquet"]
 
-MAX_PAGE = 50
-"""Largest page of `GET /api/datasets`."""
 MAX_LOG_PAGE = 200
 """Largest page of `GET /api/datasets/{name}/logs`."""
 PREVIEW_ROWS = 20

@@ -2,7 +2,7 @@
 
     body = EvalRunCreate(experiment_config=..., config_path="configs/eval/x.toml",
                          config_toml=text, repository=RepositoryRef(origin_url=..., ...))
-    created = client.submit_eval_run(git="owner/repo", body=body)  # EvalRunCreated
+    created = client.runs.submit(git="owner/repo", body=body)  # EvalRunCreated
 
 Pydantic only: importing this module pulls in no server code.
 """
@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RunStatus = Literal["pending", "running", "finished", "failed", "stopped"]
-TERMINAL_STATUSES: tuple[RunStatus, ...] = ("finished", "failed", "stopped")
-AttemptStatus = Literal["success", "failed", "skipped"]
+from osmosis.vocabulary import TERMINAL_RUN_STATUSES as TERMINAL_STATUSES
+from osmosis.vocabulary import AttemptStatus, RunStatus
+
 FileType = Literal["metrics", "trajectories", "artifacts", "logs"]
 FILE_TYPES: tuple[FileType, ...] = ("metrics", "trajectories", "artifacts", "logs")
 DEFAULT_FILE_TYPES: tuple[FileType, ...] = ("metrics", "trajectories")
@@ -143,6 +143,12 @@ class EvalRunInfo(EvalRunSummary):
     duration_ms: float | None = None
     error: str | None = None
     """Why the run failed (or was stopped), in one line; null otherwise."""
+    waiting_reason: str | None = None
+    """Why a pending run has not started yet, in one line ("2 of 2 run slots held by your
+    other runs …"); null otherwise."""
+    crash_resumes: int = 0
+    """Times the run was resumed from its journal after its worker process was killed by a
+    signal (SIGKILL, the OOM killer)."""
 
 
 class RunDetailSummary(RunSummary):

@@ -43,7 +43,14 @@ def test_problems_already_in_the_message_are_not_repeated():
 
 @pytest.mark.parametrize(
     "value, text",
-    [(0, "0 B"), (999, "999 B"), (1000, "1.0 KB"), (312_300_000, "312.3 MB"), (None, "-")],
+    [
+        (0, "0 B"),
+        (999, "999 B"),
+        (1000, "1000 B"),
+        (1024, "1.0 KiB"),
+        (312_300_000, "297.8 MiB"),
+        (None, "-"),
+    ],
 )
 def test_byte_sizes_read_as_people_write_them(value, text):
     assert byte_size(value) == text
@@ -60,5 +67,5 @@ def test_a_table_keeps_raw_values_for_json_and_plain_but_shapes_rich_cells():
         cells={"size_bytes": byte_size, "updated_at": short_time},
     )
     text = rich.export_text()
-    assert "1.5 MB" in text and "Size" in text and "T05:21" not in text
+    assert "1.4 MiB" in text and "Size" in text and "T05:21" not in text
     assert short_time("2026-12-01T05:21:33+00:00") in text

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings, FinishedAttempt, WorkItem
+from osmosis.eval.engine import Engine, EngineOutcome, EngineSettings
+from osmosis.eval.results.records import FinishedAttempt, WorkItem
 from osmosis.eval.sites import (
     AdmissionRejected,
     AtCapacity,
@@ -60,12 +61,21 @@ class MemoryBridge:
         self.calls: dict[str, list[Call]] = {}
         self.stuck: set[str] = set()
         self.forgotten: set[str] = set()
+        self.opened: set[str] = set()
+        self.closed: set[str] = set()
+        self.taken_open: set[str] = set()
         self._cleared = asyncio.Event()
 
-    def rollout_url(self, rollout_id: str) -> str:
+    def open_rollout(self, rollout_id: str) -> str:
+        self.opened.add(rollout_id)
         return f"http://bridge.invalid/v1/rollouts/{rollout_id}"
 
+    def close_rollout(self, rollout_id: str) -> None:
+        self.closed.add(rollout_id)
+
     def take_calls(self, rollout_id: str) -> list[Call]:
+        if rollout_id not in self.closed:
+            self.taken_open.add(rollout_id)  # its calls taken while it could still make more
         return self.calls.pop(rollout_id, [])
 
     def forget(self, rollout_id: str) -> None:
@@ -251,6 +261,7 @@ class MemoryEndpoint:
         self.capacity = capacity
         self.dead = asyncio.Event()
         self.death_reason = ""
+        self.breach = None
         self.api = MemoryAPI(world, self)
 
     def die(self, reason: str) -> None:

@@ -57,6 +57,18 @@ async def test_the_whole_table_runs_in_well_under_a_second():
     assert got == {row: (status, error) for row, (_, status, error, _) in enumerate(TABLE)}
 
 
+async def test_the_bridge_serves_each_attempt_from_dispatch_until_its_calls_are_taken():
+    # Dispatched: opened on the bridge. Over: closed before its calls are counted, so no call
+    # can reach the provider uncounted. Requeued or recorded: forgotten.
+    outcome, sink, world, _ = await evaluate([item(0, "pass"), item(1, "bridge_503")])
+    bridge = world.bridge
+    recorded = {a.record.rollout_id for a in sink.attempts}
+    assert outcome.recorded == 2 and outcome.requeued == 1
+    assert recorded < bridge.opened and len(bridge.opened) == 3  # the requeued one's too
+    assert bridge.closed == bridge.opened == bridge.forgotten
+    assert bridge.taken_open == set()
+
+
 async def test_an_unexpected_exception_is_a_halt_naming_the_attempt():
     outcome, sink, _, _ = await evaluate([item(0), item(1, "explodes"), item(2)])
     assert outcome.halted is not None

@@ -1,6 +1,6 @@
 """The event loop the engine's hosts run on: uvloop where it is installed, else asyncio's.
 
-    report = event_loop.run(run_local(plan, reporter))   # instead of asyncio.run(...)
+    report = event_loop.run(run_evaluation(plan, reporter))   # instead of asyncio.run(...)
 
 uvloop cuts the CPU that every HTTP exchange of an attempt costs (the rollout protocol and
 the model bridge both sit in the engine process); see bench/engine.py. Rollout servers get

@@ -1,6 +1,6 @@
 """Planning a local `osmosis eval run`: every check that can fail, before anything is written.
 
-    plan = plan_local_run(Path("configs/eval/multiply.toml"), LocalRunOptions())
+    plan = plan_run(Path("configs/eval/multiply.toml"), RunOptions())
 
 A bad config, dataset, row spec or secrets file raises `PlanError` naming every problem, and
 no run directory exists afterwards. The plan carries the resolved inputs that lock a resume.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +33,11 @@ from osmosis.eval.inputs.dataset import (
     validate_dataset,
 )
 from osmosis.eval.inputs.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
+from osmosis.eval.inputs.sources import source_digest
 from osmosis.eval.results.trial_outputs import ArtifactLimits
-from osmosis.eval.sites.environment import source_bytes
 from osmosis.rollout.types import PROTOCOL_VERSION
 
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
-_SKIPPED_SOURCE_DIRS = {".venv", "__pycache__", ".osmosis", ".git", ".pytest_cache", ".mypy_cache"}
 
 
 class PlanError(Exception):
@@ -55,7 +54,7 @@ class DatasetNotFound(PlanError):
 
 
 @dataclass(frozen=True)
-class LocalRunOptions:
+class RunOptions:
     """The `eval run` flags that shape a run."""
 
     name: str | None = None
@@ -82,6 +81,11 @@ class LocalRunOptions:
     stall_after_s: float | None = None
     """Seconds of provider silence (calls waiting) before the bridge suspects an outage;
     None: the bridge's default."""
+    bridge_max_tokens: int | None = None
+    """The most tokens one model call may ask for (above it: refused, the cap named); None:
+    the bridge's default (`DEFAULT_MAX_TOKENS`)."""
+    bridge_max_request_bytes: int | None = None
+    """The largest model call request body; None: the bridge's default."""
     artifact_limits: ArtifactLimits | None = None
     """What of each attempt's artifacts is copied; None: `DEFAULT_ARTIFACT_LIMITS`."""
     executor: str = "local"
@@ -99,7 +103,7 @@ class LocalRunOptions:
 
 
 @dataclass(frozen=True)
-class LocalRunPlan:
+class RunPlan:
     """Everything a local run needs, validated."""
 
     config_path: Path
@@ -113,7 +117,7 @@ class LocalRunPlan:
     rollout_dir: Path
     entrypoint: Path
     source_digest: str
-    options: LocalRunOptions
+    options: RunOptions
 
     @property
     def name(self) -> str:
@@ -178,7 +182,7 @@ class LocalRunPlan:
         }
 
 
-def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
+def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
     """Validate everything; raise `PlanError` (with every problem) or return the plan."""
     config_path = config_path.resolve()
     try:
@@ -229,7 +233,7 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
             str(error), details={"missing": error.missing, "problems": error.problems}
         ) from None
 
-    return LocalRunPlan(
+    return RunPlan(
         config_path=config_path,
         workspace=workspace,
         config=config,
@@ -245,9 +249,7 @@ def plan_local_run(config_path: Path, options: LocalRunOptions) -> LocalRunPlan:
     )
 
 
-def _find_dataset(
-    config: EvalConfig, workspace: Path, options: LocalRunOptions
-) -> tuple[Path, str]:
+def _find_dataset(config: EvalConfig, workspace: Path, options: RunOptions) -> tuple[Path, str]:
     dataset_file = options.dataset_file
     if dataset_file is not None:
         if not dataset_file.is_file():
@@ -286,22 +288,3 @@ def _selection_digest(selection: Selection) -> str:
     for row in selection.rows:
         digest.update(row.to_bytes(8, "little"))
     return f"{len(selection)}:{digest.hexdigest()[:32]}"
-
-
-def source_digest(rollout_dir: Path) -> str:
-    """SHA-256 over the rollout's source files (paths and bytes), ignoring caches and venvs."""
-    digest = hashlib.sha256()
-    for path in sorted(_source_files(rollout_dir)):
-        digest.update(str(path.relative_to(rollout_dir)).encode() + b"\0")
-        digest.update(source_bytes(path) + b"\0")  # never through a link
-    return digest.hexdigest()
-
-
-def _source_files(root: Path) -> Sequence[Path]:
-    files: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_SOURCE_DIRS]
-        files += [Path(dirpath) / f for f in filenames if not f.endswith((".pyc", ".pyo"))]
-        # A link to a directory is not walked into, but it is part of the sources.
-        files += [Path(dirpath) / d for d in dirnames if os.path.islink(Path(dirpath) / d)]
-    return files

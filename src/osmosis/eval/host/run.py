@@ -1,15 +1,16 @@
-"""Hosting the engine for `osmosis eval run` (and the platform worker): a run directory,
-the local-process site, a bridge.
+"""Hosting the engine for `osmosis eval run` and the platform worker: a run directory, the
+site the host asks for, a bridge.
 
-    plan = plan_local_run(config_path, options)
-    report = await run_local(plan, reporter)
+    plan = plan_run(config_path, options)
+    report = await run_evaluation(plan, reporter, site=SandboxSiteSpec())
 
 Stages: open (or resume) the run directory → sync the rollout environment (in a thread: Ctrl-C
 and `eval stop` are honoured while uv works) → start the local model when asked → start the
-bridge and check the model → start `replicas` rollout servers → dispatch what is pending →
-write index, metrics and progress. Every child process is stopped on the way out, also on
-Ctrl-C; a SIGKILL of this process kills the rollout servers with it. What cannot start is a
-typed `HostError` (see `osmosis.eval.errors`).
+bridge and check the model → start `replicas` rollout servers on the site
+(`osmosis.eval.sites.spec.start_site`) → dispatch what is pending → write index, metrics and
+progress. Every child process is stopped on the way out, also on Ctrl-C; a SIGKILL of this
+process kills the rollout servers with it. What cannot start is a typed `HostError` (see
+`osmosis.eval.errors`).
 """
 
 from __future__ import annotations
@@ -20,32 +21,34 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from osmosis.eval.engine import (
-    DEFAULT_OUTAGE_WAIT_SEC,
-    Engine,
-    EngineOutcome,
-    EngineSettings,
-    WorkItem,
-)
+from osmosis.eval.engine import DEFAULT_OUTAGE_WAIT_SEC, Engine, EngineOutcome, EngineSettings
 from osmosis.eval.errors import HostError
-from osmosis.eval.host.plan import LocalRunPlan
+from osmosis.eval.host.plan import RunOptions, RunPlan
 from osmosis.eval.host.run_dir import RunDirectory, Slots, redact_record
 from osmosis.eval.inputs.dataset import read_rows
 from osmosis.eval.results.metrics import summarize
-from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord, WorkItem
 from osmosis.eval.results.redact import Redactor, sensitive_env_values
 from osmosis.eval.results.trial_outputs import DEFAULT_ARTIFACT_LIMITS
+from osmosis.eval.sites.spec import (
+    LocalSiteSpec,
+    RaySiteSpec,
+    SandboxSiteSpec,
+    SiteContext,
+    SiteSpec,
+    start_site,
+)
+from osmosis.vocabulary import LocalRunStatus
 
 if TYPE_CHECKING:
-    from osmosis.eval.sites.local import LocalProcessSite
-    from osmosis.eval.sites.ray.site import RaySite
-    from osmosis.eval.sites.sandbox import SandboxPolicy
+    from osmosis.eval.model.bridge import ModelBridge
+    from osmosis.eval.sites.environment import RolloutEnvironment
 
 
 class Reporter(Protocol):
@@ -61,13 +64,13 @@ class Reporter(Protocol):
 
 
 @dataclass
-class LocalRunReport:
+class RunReport:
     """The outcome of `eval run`, as the results table and the JSON envelope show it."""
 
     run_name: str
     local_run_id: str
     output_path: Path
-    status: str  # finished | incomplete
+    status: LocalRunStatus  # finished or incomplete: it is `running` only to a viewer
     total_work_items: int
     dispatched: int = 0
     resumed: int = 0
@@ -77,26 +80,29 @@ class LocalRunReport:
     metrics: dict[str, Any] = field(default_factory=dict)
     failed_rows: list[dict[str, Any]] = field(default_factory=list)
     nothing_to_do: bool = False
+    bridge: dict[str, Any] = field(default_factory=dict)
+    """What the model bridge refused or answered late, over every invocation of the run
+    (metrics.json `eval_run.bridge`): `refused_calls`, `late_calls`, `late_tokens`,
+    `late_cost_usd`."""
 
 
 class RunFailed(HostError):
     """The run could not start (the model, its pre-flight, the bridge)."""
 
 
-async def run_local(
-    plan: LocalRunPlan,
-    reporter: Reporter,
-    *,
-    sandbox: SandboxPolicy | None = None,
-    base_env: Mapping[str, str] | None = None,
-    hidden: Sequence[Path] = (),
-) -> LocalRunReport:
+async def run_evaluation(
+    plan: RunPlan, reporter: Reporter, *, site: SiteSpec | None = None
+) -> RunReport:
     """Run (or resume) the planned evaluation to completion or to a halt.
 
-    `sandbox`: run the rollout servers under bubblewrap (`osmosis.eval.sites.sandbox.site`), with
-    `hidden` paths masked inside; None: plain child processes. `base_env`: the environment the
-    rollout starts from (None: this process's, minus osmosis' and provider variables).
+    `site`: where the rollout servers run (`osmosis.eval.sites.spec`): plain child
+    processes, the bubblewrap sandbox or a Ray cluster. None: what the plan's options say
+    (`default_site`).
+
+        report = await run_evaluation(plan, reporter, site=SandboxSiteSpec())
+        report.status  # 'finished'
     """
+    spec = default_site(plan.options) if site is None else site
     started = time.monotonic()
     bridge_token = secrets.token_hex(16)  # made here so the redactor knows it from the start
     redactor = _redactor(plan, bridge_token)
@@ -114,6 +120,7 @@ async def run_local(
         # Duration is active time: a resumed run adds this invocation to the earlier ones'
         # (their metrics.json), and its start stays the first one (manifest `created_at`).
         earlier_ms = _earlier_active_ms(plan.run_dir)
+        earlier_bridge = _earlier_bridge(plan.run_dir)
 
         def active_ms() -> float:
             return round(earlier_ms + (time.monotonic() - started) * 1000, 3)
@@ -121,7 +128,7 @@ async def run_local(
         # A resume may use another number of servers, or another sandbox.
         run.note_provenance(
             replicas=plan.options.replicas,
-            sandbox=sandbox.network if sandbox else "off",
+            sandbox=spec.policy.network if isinstance(spec, SandboxSiteSpec) else "off",
             executor=plan.options.executor,
         )
         for warning in plan.secrets.warnings:
@@ -135,13 +142,14 @@ async def run_local(
             }
         )
         pending = _count_pending(run, plan)
-        report = LocalRunReport(
+        report = RunReport(
             run_name=plan.name,
             local_run_id=str(run.manifest["local_run_id"]),
             output_path=plan.run_dir,
             status="finished",
             total_work_items=plan.total_work_items,
             resumed=plan.total_work_items - pending,
+            bridge=earlier_bridge,
         )
         reporter.stage(f"{plan.name}: {pending} of {plan.total_work_items} work items pending")
         run.log(f"run {plan.name}: {pending} of {plan.total_work_items} work items pending")
@@ -150,13 +158,7 @@ async def run_local(
         else:
             try:
                 outcome = await _dispatch(
-                    plan,
-                    run,
-                    redactor,
-                    reporter,
-                    pending,
-                    bridge_token,
-                    _SiteChoice(sandbox, base_env, tuple(hidden)),
+                    plan, run, redactor, reporter, pending, bridge_token, spec, report
                 )
             except asyncio.CancelledError:
                 # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
@@ -174,13 +176,14 @@ async def run_local(
 
 
 async def _dispatch(
-    plan: LocalRunPlan,
+    plan: RunPlan,
     run: RunDirectory,
     redactor: Redactor,
     reporter: Reporter,
     pending: int,
     bridge_token: str,
-    choice: _SiteChoice,
+    spec: SiteSpec,
+    report: RunReport,
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
     from osmosis.eval.sites.environment import prepare_environment_async
@@ -188,8 +191,7 @@ async def _dispatch(
     evaluation = plan.config.evaluation
     log = _tee(run, reporter)
     cache_root = plan.options.env_cache or plan.workspace / ".osmosis" / "envs"
-    on_ray = plan.options.executor == "ray"
-    if on_ray and choice.sandbox is not None:
+    if plan.options.executor == "ray" and isinstance(spec, SandboxSiteSpec):
         raise RunFailed(
             "the rollout sandbox runs rollout servers on this machine; it does not apply to "
             "the Ray executor",
@@ -198,7 +200,7 @@ async def _dispatch(
     # On Ray each node prepares the rollout's environment itself.
     environment = (
         None
-        if on_ray
+        if isinstance(spec, RaySiteSpec)
         else await prepare_environment_async(plan.rollout_dir, cache_root=cache_root, log=log)
     )
     replicas = plan.options.replicas
@@ -212,15 +214,8 @@ async def _dispatch(
             else f"{replicas} rollout servers"
         )
         reporter.stage(f"starting {servers} ({plan.config.experiment.entrypoint})")
-        site: LocalProcessSite | RaySite
-        if on_ray:
-            site = _ray_site(plan, bridge, run, reporter, redactor, choice)
-            stack.push_async_callback(site.stop)
-            await site.start(replicas)
-        else:
-            site = _site(plan, environment, bridge, run, reporter, redactor, choice)
-            stack.push_async_callback(site.stop)
-            await site.start(replicas or 1)
+        context = _site_context(plan, spec, environment, bridge, run, reporter, redactor)
+        site = await stack.enter_async_context(start_site(spec, context, replicas=replicas))
         endpoints = site.endpoints
         replicas = len(endpoints)
         run.note_provenance(replicas=replicas)  # Ray's default is only known now
@@ -263,17 +258,25 @@ async def _dispatch(
             # What the reporter (the platform's database) sees is redacted as the journal is.
             on_record=lambda record: reporter.advance(redact_record(record, redactor.redact)),
         )
-        return await engine.run(_work_items(plan, run))
+        try:
+            return await engine.run(_work_items(plan, run))
+        finally:
+            _note_bridge(bridge, run, report)
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
 @contextlib.asynccontextmanager
 async def _policy(
-    plan: LocalRunPlan, redactor: Redactor, log: Callable[[str], None], token: str
+    plan: RunPlan, redactor: Redactor, log: Callable[[str], None], token: str
 ) -> AsyncIterator[Any]:
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
-    from osmosis.eval.model.bridge import ModelBridge, OutagePolicy
+    from osmosis.eval.model.bridge import (
+        DEFAULT_MAX_REQUEST_BYTES,
+        DEFAULT_MAX_TOKENS,
+        ModelBridge,
+        OutagePolicy,
+    )
     from osmosis.eval.model.local_model import LocalModelError, LocalModelServer, is_local_model
     from osmosis.eval.model.preflight import ModelPreflightError, preflight
     from osmosis.eval.model.providers import ModelResolutionError, ModelTarget, resolve_model
@@ -313,6 +316,8 @@ async def _policy(
             token=token,
             redact=redactor.redact,
             advertise_url=plan.options.bridge_url,
+            max_tokens=plan.options.bridge_max_tokens or DEFAULT_MAX_TOKENS,
+            max_request_bytes=plan.options.bridge_max_request_bytes or DEFAULT_MAX_REQUEST_BYTES,
             # A shorter stall window probes sooner and waits less for each probe's answer.
             outage_policy=OutagePolicy(
                 stall_after_s=stall,
@@ -334,75 +339,62 @@ async def _policy(
         yield bridge
 
 
-@dataclass(frozen=True)
-class _SiteChoice:
-    sandbox: SandboxPolicy | None
-    base_env: Mapping[str, str] | None
-    hidden: tuple[Path, ...]
-
-
-def _site(
-    plan: LocalRunPlan,
-    environment: Any,
-    bridge: Any,
-    run: RunDirectory,
-    reporter: Reporter,
-    redactor: Redactor,
-    choice: _SiteChoice,
-) -> LocalProcessSite:
-    """The local-process site, or the sandbox site when the host asks for one."""
-    from osmosis.eval.sites.local import LocalProcessSite
-
-    common: dict[str, Any] = {
-        "env": {**plan.config.env, **plan.secrets.values},
-        "trials_root": plan.run_dir / "rollout_trials",
-        "log": _rollout_log(run, reporter),
-        "redactor": redactor,
-        "base_env": choice.base_env,
-    }
-    if choice.sandbox is None:
-        return LocalProcessSite(environment, plan.rollout_dir, plan.entrypoint, **common)
-    from urllib.parse import urlsplit
-
-    from osmosis.loopback import is_loopback
-    from osmosis.eval.sites.sandbox.site import SandboxSite
-
-    if not is_loopback(urlsplit(bridge.base_url).hostname or ""):
-        raise RunFailed(
-            f"a sandboxed rollout reaches the model bridge on its own loopback only, not at "
-            f"{bridge.base_url}",
-            hint="leave --bridge-url / OSMOSIS_BRIDGE_URL unset for sandboxed runs",
+def _note_bridge(bridge: ModelBridge, run: RunDirectory, report: RunReport) -> None:
+    """Add what the bridge refused or answered late to the run's totals, and say so in the
+    run log: calls under rollout ids the run did not dispatch never reach the provider."""
+    stats = bridge.stats()
+    totals = report.bridge
+    for name in ("refused_calls", "late_calls", "late_tokens"):
+        totals[name] = int(totals.get(name, 0)) + getattr(stats, name)
+    if stats.late_cost_usd is not None:
+        totals["late_cost_usd"] = float(totals.get("late_cost_usd") or 0.0) + stats.late_cost_usd
+    else:
+        totals.setdefault("late_cost_usd", None)
+    if stats.refused_calls:
+        run.log(
+            f"model bridge: refused {stats.refused_calls} calls under rollout ids this run did "
+            "not dispatch, or whose attempt had finished (403; none reached the provider)"
         )
-    bound = urlsplit(bridge.bound_url)
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bound.hostname or "", bound.hostname)
-    return SandboxSite(
-        environment,
-        plan.rollout_dir,
-        plan.entrypoint,
-        policy=choice.sandbox,
-        workspace=plan.workspace,
-        bridge_url=bridge.base_url,
-        bridge_address=(host or "127.0.0.1", int(bound.port or 0)),
-        # A local workspace keeps other runs and environments there.
-        hidden=(plan.workspace / ".osmosis", *choice.hidden),
-        **common,
-    )
+    if stats.late_calls:
+        run.log(
+            f"model bridge: {stats.late_calls} calls were answered after their attempt "
+            f"finished: {stats.late_tokens} tokens not in any attempt's record"
+        )
 
 
-def _ray_site(
-    plan: LocalRunPlan,
-    bridge: Any,
+def default_site(options: RunOptions) -> SiteSpec:
+    """The site `eval run`'s options ask for when the host names none: the Ray cluster with
+    `--executor ray`, else plain child processes of this one.
+
+    default_site(RunOptions(executor="ray"))  # RaySiteSpec(address=None, ...)
+    """
+    if options.executor == "ray":
+        return RaySiteSpec(address=options.ray_address, max_replicas=options.max_replicas)
+    return LocalSiteSpec()
+
+
+def _site_context(
+    plan: RunPlan,
+    spec: SiteSpec,
+    environment: RolloutEnvironment | None,
+    bridge: ModelBridge,
     run: RunDirectory,
     reporter: Reporter,
     redactor: Redactor,
-    choice: _SiteChoice,
-) -> RaySite:
-    """Rollout servers as actors on a Ray cluster (`osmosis.eval.sites.ray.site`): the
-    checkout goes to every node, the trials come back through the site."""
-    from osmosis.eval.sites.ray.site import RaySite
+) -> SiteContext:
+    """What the site needs of this run; refuses a sandbox the bridge cannot be reached from."""
+    if isinstance(spec, SandboxSiteSpec):
+        from urllib.parse import urlsplit
 
-    return RaySite(
-        address=plan.options.ray_address,
+        from osmosis.loopback import is_loopback
+
+        if not is_loopback(urlsplit(bridge.base_url).hostname or ""):
+            raise RunFailed(
+                f"a sandboxed rollout reaches the model bridge on its own loopback only, not "
+                f"at {bridge.base_url}",
+                hint="leave --bridge-url / OSMOSIS_BRIDGE_URL unset for sandboxed runs",
+            )
+    return SiteContext(
         workspace=plan.workspace,
         rollout_dir=plan.rollout_dir,
         entrypoint=plan.config.experiment.entrypoint,
@@ -412,12 +404,12 @@ def _ray_site(
         redactor=redactor,
         artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
         bridge_url=bridge.base_url,
-        clean_env=choice.base_env is not None,  # the platform: nothing of the operator's
-        max_replicas=plan.options.max_replicas,
+        bridge_bound_url=bridge.bound_url,
+        environment=environment,
     )
 
 
-def _work_items(plan: LocalRunPlan, run: RunDirectory) -> Iterator[WorkItem]:
+def _work_items(plan: RunPlan, run: RunDirectory) -> Iterator[WorkItem]:
     """Pending attempts, streamed from the dataset: memory follows concurrency, not rows."""
     for row in read_rows(plan.dataset.path, plan.selection):
         for run_index in range(plan.n):
@@ -432,14 +424,14 @@ def _work_items(plan: LocalRunPlan, run: RunDirectory) -> Iterator[WorkItem]:
                 )
 
 
-def _is_pending(run: RunDirectory, plan: LocalRunPlan, row_index: int, run_index: int) -> bool:
+def _is_pending(run: RunDirectory, plan: RunPlan, row_index: int, run_index: int) -> bool:
     status = run.status_of(row_index, run_index)
     if status is None:
         return True
     return plan.options.retry_failed and status in ("failed", "skipped")
 
 
-def _count_pending(run: RunDirectory, plan: LocalRunPlan) -> int:
+def _count_pending(run: RunDirectory, plan: RunPlan) -> int:
     return sum(
         1
         for row_index in range(len(plan.selection))
@@ -448,7 +440,7 @@ def _count_pending(run: RunDirectory, plan: LocalRunPlan) -> int:
     )
 
 
-def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> None:
+def _finish(plan: RunPlan, run: RunDirectory, report: RunReport) -> None:
     """Recompute everything from the journal and write the output files."""
     evaluation = plan.config.evaluation
     failed: list[AttemptRecord] = []
@@ -489,6 +481,7 @@ def _finish(plan: LocalRunPlan, run: RunDirectory, report: LocalRunReport) -> No
             "duration_ms": report.duration_ms,
             "started_at": run.manifest.get("created_at"),
             "completed_at": now if complete else None,
+            "bridge": report.bridge or {"refused_calls": 0, "late_calls": 0, "late_tokens": 0},
         },
     )
     if report.halted:
@@ -504,7 +497,16 @@ def _earlier_active_ms(run_dir: Path) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
-def _redactor(plan: LocalRunPlan, bridge_token: str) -> Redactor:
+def _earlier_bridge(run_dir: Path) -> dict[str, Any]:
+    """What the bridge refused or answered late in this run's earlier invocations."""
+    try:
+        value = json.loads((run_dir / "metrics.json").read_text())["eval_run"]["bridge"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _redactor(plan: RunPlan, bridge_token: str) -> Redactor:
     """Secret values, the bridge token, and env values that look like credentials."""
     environ = {**plan.options.environ, **plan.config.env}
     values = [*plan.secrets.values.values(), *sensitive_env_values(environ), bridge_token]
@@ -548,4 +550,4 @@ def _tee(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
     return log
 
 
-__all__ = ["LocalRunReport", "Reporter", "RunFailed", "run_local"]
+__all__ = ["Reporter", "RunFailed", "RunReport", "default_site", "run_evaluation"]

@@ -38,10 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from osmosis.eval.engine import FinishedAttempt
 from osmosis.eval.errors import HostError
 from osmosis.eval.host.group_commit import GroupCommit
-from osmosis.eval.results.records import AttemptRecord, index_row, journal_entry
+from osmosis.eval.results.records import AttemptRecord, FinishedAttempt, index_row, journal_entry
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.results.trial_outputs import (
     DEFAULT_ARTIFACT_LIMITS,
@@ -52,8 +51,10 @@ from osmosis.eval.results.trial_outputs import (
 )
 from osmosis.rollout.jsonbytes import dumps
 from osmosis.rollout.trajectory import write_bytes_in_place
+from osmosis.vocabulary import ATTEMPT_STATUSES, AttemptStatus
 
-_STATUSES = (None, "success", "failed", "skipped")
+# A slot's status as one byte: 0 is not recorded yet, then each status by its place.
+_STATUSES: tuple[AttemptStatus | None, ...] = (None, *ATTEMPT_STATUSES)
 MANIFEST_SCHEMA_VERSION = 1
 STATE_SCHEMA_VERSION = 1
 
@@ -207,7 +208,7 @@ class RunDirectory:
     def is_recorded(self, row_index: int, run_index: int) -> bool:
         return self._offsets[self.slots.of(row_index, run_index)] >= 0
 
-    def status_of(self, row_index: int, run_index: int) -> str | None:
+    def status_of(self, row_index: int, run_index: int) -> AttemptStatus | None:
         """`success`, `failed`, `skipped`, or None when not recorded yet."""
         return _STATUSES[self._status[self.slots.of(row_index, run_index)]]
 

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from osmosis.eval.inputs.config_checks import Checker, Issue, LineIndex, parse_issue
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 __all__ = [
     "DEFAULT_AGENT_WORKFLOW_TIMEOUT_S",
@@ -69,7 +70,9 @@ class EvaluationConfig(_Frozen):
     )
     n: int = Field(default=1, ge=1, description="Attempts per row (pass@k when > 1).")
     batch_size: int | None = Field(default=None, ge=1, description="Rollouts in flight at once.")
-    pass_threshold: float = Field(default=1.0, allow_inf_nan=False, description="reward >= passes.")
+    pass_threshold: float = Field(
+        default=DEFAULT_PASS_THRESHOLD, allow_inf_nan=False, description="reward >= passes."
+    )
     agent_workflow_timeout_s: float = Field(
         default=DEFAULT_AGENT_WORKFLOW_TIMEOUT_S, gt=0, allow_inf_nan=False
     )

@@ -49,6 +49,7 @@ from osmosis.eval.inputs.dataset_select import (
     parse_row_spec,
     select_rows,
 )
+from osmosis.vocabulary import format_bytes
 
 __all__ = [
     "FORMATS",
@@ -139,8 +140,8 @@ def validate_dataset(path: str | Path, *, limits: DatasetLimits = DEFAULT_LIMITS
     if size == 0:
         raise DatasetError(file, [Problem("File is empty")])
     if size > MAX_FILE_BYTES:
-        limit = MAX_FILE_BYTES // 1024**3
-        raise DatasetError(file, [Problem(f"File is {size:,} bytes; the maximum is {limit} GB")])
+        limit = format_bytes(MAX_FILE_BYTES, exact=True)
+        raise DatasetError(file, [Problem(f"File is {size:,} bytes; the maximum is {limit}")])
     digest = hashlib.sha256()
     checker: RowChecker | None = None
     rows = 0

@@ -5,7 +5,7 @@
 
 Outcomes follow the reference: a failed rollout is `failed` with its category as the error
 type (or `rollout_protocol_error` when the server refused or garbled the rollout, or
-`resource_limit` when a sandbox limit stopped it),
+`resource_limit` when the result is a site's `ResultWithBreach`: a sandbox limit stopped it),
 `remove_sample` is `skipped`, anything else `success` with the grader's reward. The bridge's
 per-call tokens, cost and latency are the authoritative accounting.
 """
@@ -15,19 +15,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from osmosis._version import __version__
-from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord, PolicyCall, WorkItem
 from osmosis.eval.results.trial_outputs import read_trial_json
-from osmosis.eval.sites.api import PROTOCOL_ERROR, ResultWithTrajectory
-from osmosis.eval.sites.sandbox.policy import RESOURCE_LIMIT_PREFIX as RESOURCE_LIMIT
+from osmosis.eval.sites.api import (
+    PROTOCOL_ERROR,
+    RESOURCE_LIMIT,
+    ResultWithBreach,
+    ResultWithTrajectory,
+)
 from osmosis.rollout.protocol import RolloutResultResponse
 from osmosis.rollout.trajectory import build_trajectory
 from osmosis.rollout.types import RolloutStatus
-
-if TYPE_CHECKING:
-    from osmosis.eval.engine import PolicyCall, WorkItem
 
 
 def classify(
@@ -47,10 +48,10 @@ def classify(
     reward: float | None = None
     if result.status is not RolloutStatus.SUCCESS:
         status = "failed"
-        if result.err_message and result.err_message.startswith(PROTOCOL_ERROR):
-            error_type = PROTOCOL_ERROR
-        elif result.err_message and result.err_message.startswith(RESOURCE_LIMIT):
+        if isinstance(result, ResultWithBreach):
             error_type = RESOURCE_LIMIT
+        elif result.err_message and result.err_message.startswith(PROTOCOL_ERROR):
+            error_type = PROTOCOL_ERROR
         elif result.err_category is not None:
             error_type = str(result.err_category.value)
         else:
@@ -177,4 +178,4 @@ def enrich_trajectory(
     return document
 
 
-__all__ = ["RESOURCE_LIMIT", "attempt_trajectory", "classify", "enrich_trajectory"]
+__all__ = ["attempt_trajectory", "classify", "enrich_trajectory"]

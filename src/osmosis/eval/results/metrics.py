@@ -32,6 +32,7 @@ from osmosis.eval.results.intervals import (
     mean_ci,
     proportion_ci,
 )
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -56,8 +57,6 @@ __all__ = [
     "summarize",
     "tally_rows",
 ]
-
-DEFAULT_PASS_THRESHOLD: Final = 1.0
 
 REFERENCE_SUMMARY_KEYS: Final = (
     "total_samples",
@@ -219,7 +218,7 @@ def _scan(attempts: Iterable[Attempt], pass_threshold: float) -> _Scan:
             rewards.append(value)
             tally[2] += 1
             tally[3] += value
-            if value >= pass_threshold:
+            if passes(value, pass_threshold):
                 passed += 1
                 tally[1] += 1
     scan.total, scan.skipped, scan.failed, scan.passed = total, skipped, failed, passed

@@ -6,6 +6,10 @@ aggregate is recomputed from the records (see `osmosis.eval.results.metrics`).
 
     record = AttemptRecord(row_index=0, run_index=0, rollout_id=uuid4().hex, ...)
     index_row(record)  # {"row_index": 0, "run_index": 0, "rollout_id": "…", ...}
+
+The shapes around a record live here too, so that the engine, `classify` and the results sink
+share them without importing one another: the `WorkItem` an attempt starts from, the
+`PolicyCall`s the bridge counted for it, and the `FinishedAttempt` the sink stores.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
 
 from pydantic import (
     AwareDatetime,
@@ -28,12 +34,19 @@ from pydantic import (
     model_validator,
 )
 
+from osmosis.rollout.types import Messages
+from osmosis.vocabulary import ATTEMPT_STATUSES as STATUSES
+from osmosis.vocabulary import AttemptStatus
+
 __all__ = [
     "RECORD_SCHEMA_VERSION",
     "STATUSES",
     "TRAJECTORY_FILENAME_PATTERN",
     "AttemptRecord",
     "AttemptStatus",
+    "FinishedAttempt",
+    "PolicyCall",
+    "WorkItem",
     "index_row",
     "journal_entry",
     "lint_index_row",
@@ -41,9 +54,6 @@ __all__ = [
 
 RECORD_SCHEMA_VERSION: Final = 1
 """The `schema_version` this osmosis writes and reads; bump it when a field changes meaning."""
-
-AttemptStatus = Literal["success", "failed", "skipped"]
-STATUSES: Final[tuple[AttemptStatus, ...]] = ("success", "failed", "skipped")
 
 TRAJECTORY_FILENAME_PATTERN: Final = r"^trajectory[A-Za-z0-9._-]*\.json$"
 
@@ -220,3 +230,52 @@ def lint_index_row(row: Mapping[str, Any]) -> list[str]:
             f"trajectory_filename must match {TRAJECTORY_FILENAME_PATTERN}; got {filename!r}"
         )
     return problems
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One attempt to make: a selected row and which of its `n` attempts this is.
+
+    item = WorkItem(row_index=0, run_index=1, source_row_index=7, messages=row.messages,
+                    label=row.label, metadata=None)
+    """
+
+    row_index: int
+    run_index: int
+    source_row_index: int
+    messages: Messages
+    label: str | None
+    metadata: dict[str, Any] | None
+
+
+class PolicyCall(Protocol):
+    """What the engine reads of one bridge call (see `osmosis.eval.model.bridge.CallRecord`)."""
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def cost_usd(self) -> float | None: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def response_message(self) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class FinishedAttempt:
+    """What the results sink stores for one attempt.
+
+    await sink.store(FinishedAttempt(record=record, trajectory=document, trial_dir=trial))
+    """
+
+    record: AttemptRecord
+    trajectory: dict[str, Any] | None
+    """The ATIF document, enriched with the bridge's per-call tokens, cost and latency."""
+    trial_dir: Path | None
+    """A local directory holding `trajectory.json` and `artifacts/` of this attempt."""

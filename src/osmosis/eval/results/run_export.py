@@ -29,6 +29,7 @@ from typing import Any, Final
 from osmosis.eval.inputs.dataset_formats import sha256_file
 from osmosis.eval.results.metrics import reference_summary, summarize
 from osmosis.eval.results.records import AttemptRecord, lint_index_row
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 __all__ = ["ExportFile", "export_files", "is_export_path", "verify_run_dir"]
 
@@ -196,7 +197,7 @@ def verify_run_dir(
             f"index.jsonl has {len(rows)} rows but progress.json says total_runs {total}: "
             "the run is not complete (resume it, then upload)"
         )
-    threshold = 1.0
+    threshold = DEFAULT_PASS_THRESHOLD
     if isinstance(manifest, Mapping):
         value = _mapping(manifest.get("inputs")).get("pass_threshold")
         if isinstance(value, int | float) and not isinstance(value, bool):

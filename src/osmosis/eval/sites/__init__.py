@@ -1,19 +1,35 @@
 """Rollout sites: where a run's rollout servers live, behind one seam the engine knows.
 
-Design note (issue 11; the sandbox and Ray sites plug in here next)
--------------------------------------------------------------------
+- `seam`: `Endpoint` (one rollout server) and `Site` (start, replace, stop), the restart budget.
+- `api`: the rollout protocol as the engine speaks it (`RolloutAPI`) and its fault vocabulary,
+  a typed `ResourceLimitBreach` among it.
+- `spec`: the site a host wants (`LocalSiteSpec`, `SandboxSiteSpec`, `RaySiteSpec`) and
+  `start_site`, which imports a site's module only when a spec asks for it.
+- `local`: child processes of the engine on this machine.
+- `sandbox/`: the same processes under bubblewrap, with resource limits.
+- `ray/`: actors on a Ray cluster's nodes (the only place `ray` is imported).
+- `environment`, `rollout_process`, `rollout_client`: the rollout's uv environment, one rollout
+  server process, and the HTTP client of the protocol, which the sites share.
+
+Imports `errors`, `results` (redaction, trial outputs) and `model.bridge_http` (the sandbox's
+socket backlog); never the engine or a host.
+
+Design note (issue 11)
+----------------------
 
 A *site* starts N rollout-server *endpoints* for one run, replaces one that is gone (a
 bounded number of times), and stops them all. A *host* (`osmosis eval run`, the platform
-worker) picks the site and starts it; the engine gets the started site and uses exactly two
-things of it: `site.endpoints` and `site.replace(endpoint, reason)`.
+worker) names the site it wants as a `SiteSpec` and `start_site` starts it; the engine gets
+the started site and uses exactly two things of it: `site.endpoints` and
+`site.replace(endpoint, reason)`.
 
 An endpoint (`seam.Endpoint`) is a name (stable across restarts; recorded on every attempt,
 with its node), a base URL, a capacity (from its `/health`), a `dead` event plus a
-`death_reason`, a rollout-protocol object (`api.RolloutAPI`: start / wait / cancel / health),
-and `trial(rollout_id)`: a local directory holding the attempt's `trajectory.json` and
-`artifacts/`. Whatever a site does to get there (nothing, a copy, bytes shipped back), the
-engine and the run directory see one shape, and treat its contents as untrusted.
+`death_reason` (and a `breach` when a resource limit killed it), a rollout-protocol object
+(`api.RolloutAPI`: start / wait / cancel / health), and `trial(rollout_id)`: a local directory
+holding the attempt's `trajectory.json` and `artifacts/`. Whatever a site does to get there
+(nothing, a copy, bytes shipped back), the engine and the run directory see one shape, and
+treat its contents as untrusted.
 
 The engine balances attempts by least-in-flight within each endpoint's capacity, backs off
 an endpoint that answers 429 for its `Retry-After`, and drains an endpoint that is gone (its
@@ -22,20 +38,19 @@ back to pending with fresh rollout ids and it asks the site for a replacement. I
 when no endpoint is left. The fault vocabulary lives in `api` so that every implementation
 sorts errors the same way.
 
-One more site is one more module here, with no engine change:
+One more site is one more spec in `spec` and one more module here, with no engine change:
 
-- `local` (this package): child processes of the engine (`RolloutProcess` + `RolloutClient`).
-- a sandbox site (issue 12) launches the same command wrapped in `bwrap`; its artifacts
-  directory is bind-mounted and hostile, which `trial()` hands over as is: the engine reads
+- `local`: child processes of the engine (`RolloutProcess` + `RolloutClient`).
+- `sandbox` (issue 12) launches the same command wrapped in `bwrap`; its artifacts directory
+  is bind-mounted and hostile, which `trial()` hands over as is: the engine reads
   `trajectory.json` without following links and the run directory's artifact copy refuses
-  links and devices.
-- a Ray site (issue 15) gives endpoints whose `api` calls an actor, whose `node` is the
-  actor's node, whose `dead` is set from the actor's death, and whose `trial()` writes the
-  bytes shipped back into `trials_root/<rollout_id>` first.
+  links and devices. A limit it enforces crosses the seam as a `ResourceLimitBreach`.
+- `ray` (issue 15) gives endpoints whose `api` calls an actor, whose `node` is the actor's
+  node, whose `dead` is set from the actor's death, and whose `trial()` writes the bytes
+  shipped back into `trials_root/<rollout_id>` first.
 
-    from osmosis.eval.sites.local import LocalProcessSite
-    async with LocalProcessSite(env, rollout_dir, "main.py", ...) as site:
-        await site.start(replicas=2)
+    from osmosis.eval.sites.spec import LocalSiteSpec, start_site
+    async with start_site(LocalSiteSpec(), context, replicas=2) as site:
         outcome = await Engine(site=site, bridge=bridge, sink=sink, settings=s).run(items)
 """
 

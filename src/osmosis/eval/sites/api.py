@@ -18,6 +18,11 @@ implementation sorts faults the same way, because the engine's honesty rests on 
 
 A result may carry the rollout's trajectory (`ResultWithTrajectory`, when the server sent it
 inline); otherwise the endpoint's `trial()` directory holds it as `trajectory.json`.
+
+A site that enforces resource limits (the sandbox) says which one an attempt went past as a
+typed `ResourceLimitBreach`: on the endpoint it killed (`Endpoint.breach`), or on the failure
+it answers for the attempt (`ResultWithBreach`). Only such a value makes an attempt fail with
+the error type `resource_limit`; no message text does.
 """
 
 from __future__ import annotations
@@ -32,6 +37,28 @@ from osmosis.rollout.sample import WIRE
 
 PROTOCOL_ERROR = "rollout_protocol_error"
 """The error type of an attempt the rollout server refused (4xx) or answered out of shape."""
+
+RESOURCE_LIMIT = "resource_limit"
+"""The error type of an attempt charged with a `ResourceLimitBreach`."""
+
+
+@dataclass(frozen=True)
+class ResourceLimitBreach:
+    """A resource limit a rollout server or one attempt went past (memory, processes, CPU
+    time, file size, output bytes); the attempt charged with it fails `resource_limit`.
+
+    breach = ResourceLimitBreach("the attempt", "output limit (2048 bytes per attempt)")
+    str(breach)  # 'resource_limit: the attempt exceeded its output limit (2048 bytes ...)'
+    """
+
+    who: str
+    """What went past it: `rollout server 'scripted-0'`, `the attempt`."""
+    limit: str
+    """Which limit, in words: `memory limit (512 MiB)`."""
+
+    def __str__(self) -> str:
+        # The words an endpoint's death reason and the attempt's error message carry.
+        return f"{RESOURCE_LIMIT}: {self.who} exceeded its {self.limit}"
 
 
 class RolloutServerUnavailable(Exception):
@@ -98,6 +125,15 @@ class ResultWithTrajectory(RolloutResultResponse):
     trajectory: Any = None
 
 
+class ResultWithBreach(RolloutResultResponse):
+    """The failure a site answers for an attempt charged with a resource limit: its
+    `err_message` is `str(breach)`. Built by sites and the engine, never read off the wire
+    (`parse_result` makes a `ResultWithTrajectory`), so a rollout cannot claim one.
+    """
+
+    breach: ResourceLimitBreach
+
+
 def parse_result(body: bytes) -> ResultWithTrajectory:
     """A `GET /rollout/{id}/result` body as the protocol's model, or `MalformedResponse`
     naming what is wrong with it. Parsed and validated in one pass, straight from the bytes.
@@ -122,11 +158,14 @@ def _describe(error: ValidationError) -> str:
 
 __all__ = [
     "PROTOCOL_ERROR",
+    "RESOURCE_LIMIT",
     "AdmissionRejected",
     "AtCapacity",
     "Lease",
     "MalformedResponse",
+    "ResourceLimitBreach",
     "ResultDeadlineExceeded",
+    "ResultWithBreach",
     "ResultWithTrajectory",
     "RolloutAPI",
     "RolloutServerUnavailable",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import fnmatch
 import hashlib
 import json
 import os
@@ -28,7 +27,6 @@ import platform
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -50,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 
 from osmosis._version import __version__
 from osmosis.eval.errors import HostError
+from osmosis.eval.inputs.sources import copy_ignore, source_digest
 
 EnvironmentKind = Literal["current", "uv"]
 SdkName = Literal["osmosis", "osmosis-ai"]
@@ -60,7 +59,10 @@ _MARKER = "osmosis-env.json"  # written last, inside the build dir: present mean
 _BUILD_LOG = "osmosis-build.log"
 _REQUIREMENTS = "osmosis-requirements.txt"
 _SOURCE_COPY = "osmosis-rollout-source"  # only while installing a dynamic-dependency project
-_NOT_SOURCE = (".*", "__pycache__", "build", "dist", "*.egg-info")  # `.venv`, `.git` included
+# Left out of a dynamic-dependency project's copy and key besides what is never source: what a
+# build writes into the tree it builds, and hidden files (tool state, `.env` secrets), which
+# must not land in the shared cache.
+_NOT_BUILD_INPUT = (".*", "build", "dist", "*.egg-info")
 _UV_TIMEOUT_SEC = 1800.0
 _CANCEL_POLL_SEC = 0.2
 _CANCEL_WAIT_SEC = 15.0
@@ -188,7 +190,9 @@ def prepare_environment(
     lock_bytes = lock_path.read_bytes() if lock_path.is_file() else None
     # Dynamic dependencies are computed by a build from any file of the rollout, so then
     # every source file is part of the declaration.
-    declared = _source_digest(rollout_dir) if declaration.dynamic_dependencies else declaration.raw
+    declared = (
+        _build_input_digest(rollout_dir) if declaration.dynamic_dependencies else declaration.raw
+    )
     key = _cache_key(declared, lock_bytes, interpreter, ours)
     described = f"Python {interpreter.version}, {sdk} SDK"
 
@@ -543,7 +547,7 @@ def _requirements(
         # Links are copied as links: a committed link to a file outside the rollout must not
         # land as that file's bytes in the shared cache.
         shutil.copytree(
-            rollout_dir, copy, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_SOURCE)
+            rollout_dir, copy, symlinks=True, ignore=copy_ignore(also_exclude=_NOT_BUILD_INPUT)
         )
         lines = [str(copy)]
     else:
@@ -568,40 +572,11 @@ def _exported_lock(rollout_dir: Path, transcript: list[str], cancel: threading.E
     return [line for line in output if line.strip() and not line.lstrip().startswith("#")]
 
 
-def _source_digest(rollout_dir: Path) -> bytes:
-    digest = hashlib.sha256()
-    for path in sorted(rollout_dir.rglob("*")):  # rglob does not descend into linked dirs
-        relative = path.relative_to(rollout_dir)
-        if path.is_dir() and not path.is_symlink():
-            continue
-        if not any(_is_not_source(part) for part in relative.parts):
-            digest.update(str(relative).encode() + b"\0" + source_bytes(path) + b"\0")
-    return digest.digest()
-
-
-def source_bytes(path: Path) -> bytes:
-    """What a rollout source file contributes to a digest: a regular file's bytes; a link's
-    target path and any other kind's type, never read through. The repository is hostile: a
-    committed link to `/dev/zero` or to the platform's key must not be read.
-
-    source_bytes(Path("rollouts/x/main.py"))  # b'import ...'
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            return b"link:" + os.fsencode(os.readlink(path))
-        return b"special:%o" % stat.S_IFMT(info.st_mode)
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):  # a FIFO or device opened without blocking: not read
-            return b"special:%o" % stat.S_IFMT(mode)
-        return handle.read()
-
-
-def _is_not_source(part: str) -> bool:
-    return any(fnmatch.fnmatch(part, pattern) for pattern in _NOT_SOURCE)
+def _build_input_digest(rollout_dir: Path) -> bytes:
+    """SHA-256 of what a build of the project reads, as the venv key of a project with dynamic
+    dependencies (any file may decide them): its sources, minus `_NOT_BUILD_INPUT`, exactly
+    the files `_requirements` copies for the build."""
+    return bytes.fromhex(source_digest(rollout_dir, also_exclude=_NOT_BUILD_INPUT))
 
 
 def _requirement_name(line: str) -> str | None:
@@ -747,5 +722,4 @@ __all__ = [
     "find_uv",
     "prepare_environment",
     "prepare_environment_async",
-    "source_bytes",
 ]

@@ -6,6 +6,8 @@
         await site.start(replicas=2)      # scripted-0, scripted-1: healthy, capacity known
         ...                               # Engine(site=site, ...)
 
+A host asks for it with `LocalSiteSpec` (`osmosis.eval.sites.spec.start_site`).
+
 Every replica is a `RolloutProcess` (own port, own process group, dies with the engine) and
 a `RolloutClient`. They share one trials root: rollout ids are unique, so each attempt's
 `trajectory.json` and `artifacts/` already sit at `trials_root/<rollout_id>`, and
@@ -25,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from osmosis.eval.results.redact import Redactor
-from osmosis.eval.sites.api import RolloutAPI
+from osmosis.eval.sites.api import ResourceLimitBreach, RolloutAPI
 from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.eval.sites.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
@@ -83,6 +85,10 @@ class LocalEndpoint:
     def death_reason(self) -> str:
         return self.process.exit_reason
 
+    @property
+    def breach(self) -> ResourceLimitBreach | None:
+        return None  # no limits here (the sandbox site's endpoints have them)
+
     async def trial(self, rollout_id: str) -> Path | None:
         # Most attempts leave none (no artifacts, the trajectory sent with the result).
         if not os.path.isdir(f"{self._trials_root}/{rollout_id}"):  # noqa: ASYNC240 - a stat
@@ -131,9 +137,11 @@ class LocalProcessSite:
         """The replicas running now (a replaced one is gone from the list)."""
         return list(self._endpoints)
 
-    async def start(self, replicas: int = 1) -> None:
-        """Start `replicas` servers at once and wait until each is healthy. Raises
-        `RolloutStartError` (all of them stopped) if one does not start."""
+    async def start(self, replicas: int | None = 1) -> None:
+        """Start `replicas` servers at once (None: one, this machine's) and wait until each
+        is healthy. Raises `RolloutStartError` (all of them stopped) if one does not start."""
+        if replicas is None:
+            replicas = 1
         if replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         base = self.rollout_dir.name

@@ -1,11 +1,12 @@
 """The two shapes a site gives the engine: `Endpoint` (one rollout server) and `Site`.
 
-    async with LocalProcessSite(...) as site:      # a host picks and starts the site
-        await site.start(replicas=2)
+    async with start_site(LocalSiteSpec(), context, replicas=2) as site:  # the host's part
         outcome = await Engine(site=site, ...).run(items)
 
-The engine reads `site.endpoints`, balances attempts over them, watches each one's `dead`
-event, and calls `site.replace(endpoint, reason)` when one is gone. Nothing else.
+A host starts and stops the site (`osmosis.eval.sites.spec.start_site`). The engine reads
+`site.endpoints`, balances attempts over them, watches each one's `dead` event (and its
+`breach`, when a resource limit killed it), and calls `site.replace(endpoint, reason)` when
+one is gone. Nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from osmosis.eval.sites.api import RolloutAPI
+from osmosis.eval.sites.api import ResourceLimitBreach, RolloutAPI
 
 
 class Endpoint(Protocol):
@@ -58,6 +59,12 @@ class Endpoint(Protocol):
         """Why it is gone (exit code, signal, last error line); '' while alive."""
         ...
 
+    @property
+    def breach(self) -> ResourceLimitBreach | None:
+        """The resource limit that killed it, set before `dead`; None otherwise (and always
+        on a site that enforces no limits)."""
+        ...
+
     async def trial(self, rollout_id: str) -> Path | None:
         """A local directory holding `trajectory.json` and `artifacts/` of one finished
         attempt (a remote site fetches them there first); None when there is nothing.
@@ -71,6 +78,15 @@ class Site(Protocol):
     @property
     def endpoints(self) -> Sequence[Endpoint]:
         """The endpoints started so far, replacements included, in start order."""
+        ...
+
+    async def start(self, replicas: int | None = None) -> None:
+        """Start `replicas` endpoints (None: the site's own count, one per node) and return
+        once each is healthy; what started is stopped again if one does not."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop every endpoint. Idempotent."""
         ...
 
     async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:

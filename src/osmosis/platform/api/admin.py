@@ -10,6 +10,7 @@ from osmosis.platform.api.auth import created
 from osmosis.platform.core.db.models import utcnow
 from osmosis.platform.deps import AdminUser, Db, Offset
 from osmosis.platform.services import users
+from osmosis.vocabulary import MAX_PAGE
 from osmosis.wire import (
     TokenCreate,
     TokenCreated,
@@ -24,7 +25,6 @@ from osmosis.wire import (
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 
-MAX_PAGE = 50
 UserRef = Annotated[
     str, Path(min_length=1, max_length=320, description="The user's id (or name or email).")
 ]

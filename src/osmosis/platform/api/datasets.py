@@ -22,10 +22,10 @@ from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
 from osmosis.platform.services import datasets
+from osmosis.vocabulary import MAX_PAGE
 from osmosis.wire.datasets import (
     DEFAULT_PREVIEW_ROWS,
     MAX_LOG_PAGE,
-    MAX_PAGE,
     PREVIEW_ROWS,
     SHA256_HEADER,
     VERSION_HEADER,

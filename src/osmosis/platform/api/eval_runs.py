@@ -14,12 +14,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse
 
-from osmosis.platform.core.db.run_models import TERMINAL, EvalRun
+from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.errors import Conflict, ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset, Rules
 from osmosis.platform.services import run_files, run_upload, run_views, runs, workspaces
 from osmosis.platform.worker.scheduler import Scheduler
+from osmosis.vocabulary import MAX_PAGE, TERMINAL_RUN_STATUSES
 from osmosis.wire.runs import (
     ATTEMPT_SORTS,
     AttemptList,
@@ -80,7 +81,7 @@ def list_eval_runs(
     db: Db,
     user: CurrentUser,
     rules: Rules,
-    limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = runs.MAX_PAGE,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
     offset: Offset = 0,
     all: Annotated[bool, Query(description="Every workspace of the caller.")] = False,
     x_osmosis_git: Annotated[str | None, Header(alias="X-Osmosis-Git")] = None,
@@ -137,7 +138,7 @@ def stop_eval_run(
         _wait_until_terminal(db, found)
     if found.status == "stopped":
         message = f'Evaluation run "{found.name}" stopped.'
-    elif found.status in TERMINAL:  # it ended on its own while the stop was on its way
+    elif found.status in TERMINAL_RUN_STATUSES:  # it ended on its own while the stop was on its way
         message = f'Evaluation run "{found.name}" {found.status} before it could be stopped.'
     else:
         message = f'Evaluation run "{found.name}" is stopping; what finished is kept.'
@@ -150,7 +151,7 @@ def _wait_until_terminal(db: Db, run: EvalRun) -> None:
     deadline = time.monotonic() + _STOP_WAIT_SEC
     while time.monotonic() < deadline:
         db.refresh(run)
-        if run.status in TERMINAL:
+        if run.status in TERMINAL_RUN_STATUSES:
             return
         time.sleep(0.1)
 

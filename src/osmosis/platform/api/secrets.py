@@ -13,11 +13,10 @@ from osmosis.platform.core.crypto import SecretBox
 from osmosis.platform.core.db.models import Secret
 from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, MemberWorkspace, Offset
 from osmosis.platform.services import secrets
+from osmosis.vocabulary import MAX_PAGE
 from osmosis.wire import SecretCreate, SecretList, SecretPublic, SecretScopeIn
 
 router = APIRouter(prefix="/api/secrets", tags=["secrets"])
-
-MAX_PAGE = 50
 
 NamePath = Annotated[
     str, Path(min_length=1, max_length=255, description="A secret name, e.g. OPENAI_API_KEY.")

@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-_MB = 1024 * 1024
-
+from osmosis.vocabulary import format_bytes
 
 @dataclass(frozen=True)
 class DiskSpace:
@@ -30,10 +29,10 @@ class DiskSpace:
     def describe(self, path: Path) -> str:
         """One line for logs and run errors: where, how much is free, and the floor."""
         return (
-            f"the disk holding {path} has {self.free_bytes / _MB:.1f} MB free, below the "
-            f"{self.min_free_bytes / _MB:.1f} MB of OSMOSIS_MIN_FREE_DISK_BYTES"
+            f"the disk holding {path} has {format_bytes(self.free_bytes)} free, below the "
+            f"{format_bytes(self.min_free_bytes)} of OSMOSIS_MIN_FREE_DISK_BYTES"
             if self.low
-            else f"the disk holding {path} has {self.free_bytes / _MB:.1f} MB free"
+            else f"the disk holding {path} has {format_bytes(self.free_bytes)} free"
         )
 
 

@@ -110,6 +110,40 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "runs_per_user",
+        "OSMOSIS_RUNS_PER_USER",
+        1,
+        "A user's share of the run slots: while another user holding fewer running runs than "
+        "this waits, a user's pending runs beyond it wait for them. Alone, a user may use "
+        "every slot; a running run is never stopped to make room.",
+        int,
+    ),
+    Setting(
+        "max_agent_workflow_timeout_s",
+        "OSMOSIS_MAX_AGENT_WORKFLOW_TIMEOUT_S",
+        3600.0,
+        "Largest `agent_workflow_timeout_s` a submitted config may set (default 3600); a "
+        "larger one is refused at submit, naming this cap.",
+        float,
+    ),
+    Setting(
+        "max_grader_timeout_s",
+        "OSMOSIS_MAX_GRADER_TIMEOUT_S",
+        900.0,
+        "Largest `grader_timeout_s` a submitted config may set (default 900); a larger one is "
+        "refused at submit, naming this cap.",
+        float,
+    ),
+    Setting(
+        "run_crash_resumes",
+        "OSMOSIS_RUN_CRASH_RESUMES",
+        3,
+        "Times a run whose worker process is killed by a signal (SIGKILL, the OOM killer) is "
+        "resumed from its journal, each recorded attempt kept; the next such death fails the "
+        "run, naming the signal. 0: fail at once.",
+        int,
+    ),
+    Setting(
         "workspace_creation",
         "OSMOSIS_WORKSPACE_CREATION",
         "admin",
@@ -319,6 +353,23 @@ SETTINGS: tuple[Setting, ...] = (
         "keeps the bound port). Tokens stay per run.",
     ),
     Setting(
+        "bridge_max_tokens",
+        "OSMOSIS_BRIDGE_MAX_TOKENS",
+        131_072,
+        "The most tokens one model call may ask for (`max_tokens` or `max_completion_tokens`); "
+        "a call asking more is refused (400, the cap named), never clamped. A call asking "
+        "nothing gets the provider's default.",
+        int,
+    ),
+    Setting(
+        "bridge_max_request_bytes",
+        "OSMOSIS_BRIDGE_MAX_REQUEST_BYTES",
+        32 * 1024 * 1024,
+        "The largest request body one model call may send to the bridge; a larger one is "
+        "refused (413, the limit named).",
+        int,
+    ),
+    Setting(
         "executor",
         "OSMOSIS_EXECUTOR",
         "local",
@@ -366,6 +417,10 @@ class Settings:
     allow_insecure_http: bool = False
     secret_key: str | None = dataclasses.field(default=None, repr=False)
     max_concurrent_runs: int = 2
+    runs_per_user: int = 1
+    max_agent_workflow_timeout_s: float = 3600.0
+    max_grader_timeout_s: float = 900.0
+    run_crash_resumes: int = 3
     workspace_creation: str = "admin"
     clone_allow: str | None = None
     token_ttl_days: int = 90
@@ -379,6 +434,8 @@ class Settings:
     outage_wait_s: float = 300.0
     bridge_host: str = "127.0.0.1"
     bridge_url: str | None = None
+    bridge_max_tokens: int = 131_072
+    bridge_max_request_bytes: int = 32 * 1024 * 1024
     executor: str = "local"
     ray_address: str | None = None
     ray_max_replicas: int = 4
@@ -408,6 +465,13 @@ class Settings:
             raise SettingsError("max_upload_bytes must be positive")
         if self.max_concurrent_runs < 1:
             raise SettingsError("max_concurrent_runs must be at least 1")
+        if self.runs_per_user < 1:
+            raise SettingsError("runs_per_user must be at least 1")
+        for name in ("max_agent_workflow_timeout_s", "max_grader_timeout_s"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise SettingsError(f"{name} must be a positive number of seconds")
+        if self.run_crash_resumes < 0:
+            raise SettingsError("run_crash_resumes must not be negative (0: fail at once)")
         if self.role not in ROLES:
             raise SettingsError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.blob_root is not None:
@@ -431,7 +495,13 @@ class Settings:
             _clone_allow(self.clone_allow or "")
         except ValueError as error:
             raise SettingsError(f"clone_allow: {error}") from None
-        for name in ("max_body_bytes", "artifact_max_files", "artifact_max_file_bytes"):
+        for name in (
+            "max_body_bytes",
+            "artifact_max_files",
+            "artifact_max_file_bytes",
+            "bridge_max_tokens",
+            "bridge_max_request_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
         if self.artifact_max_bytes < 0:

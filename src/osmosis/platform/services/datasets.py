@@ -35,7 +35,8 @@ from osmosis.platform.core.db.dialect import lock_rows
 from osmosis.platform.core.db.models import User, Workspace, utcnow
 from osmosis.platform.core.errors import Conflict, NotFound, PlatformError, ValidationFailed
 from osmosis.platform.core.settings import Settings
-from osmosis.wire.datasets import MAX_LOG_PAGE, MAX_PAGE, PREVIEW_ROWS, name_problem
+from osmosis.vocabulary import MAX_PAGE
+from osmosis.wire.datasets import MAX_LOG_PAGE, PREVIEW_ROWS, name_problem
 
 NAMESPACE = "datasets"
 FORMATS = ("csv", "jsonl", "parquet")

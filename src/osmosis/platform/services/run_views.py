@@ -18,6 +18,8 @@ from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import LOG_FILE, tail_logs
 from osmosis.platform.services.runs import run_dir
+from osmosis.platform.worker.leases import why_pending
+from osmosis.vocabulary import ATTEMPT_STATUSES
 from osmosis.wire.runs import (
     ATTEMPT_SORTS,
     AttemptList,
@@ -106,7 +108,13 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
     metrics = json.loads(run.summary) if run.summary else None
     summary = _summary(run)
     return EvalRunDetail(
-        eval_run=EvalRunInfo(**_fields(run), duration_ms=_duration_ms(run), error=run.error),
+        eval_run=EvalRunInfo(
+            **_fields(run),
+            duration_ms=_duration_ms(run),
+            error=run.error,
+            waiting_reason=why_pending(db, run=run, settings=settings),
+            crash_resumes=run.crash_resumes or 0,
+        ),
         summary=RunDetailSummary(
             **summary.model_dump(exclude={"progress"}),
             progress=summary.progress,
@@ -151,8 +159,9 @@ def attempts_page(
     problems = []
     if not 1 <= limit <= MAX_ATTEMPTS_PAGE or offset < 0:
         problems.append(f"limit must be 1-{MAX_ATTEMPTS_PAGE} and offset at least 0")
-    if status is not None and status not in ("success", "failed", "skipped"):
-        problems.append(f"status must be success, failed or skipped, got {status!r}")
+    if status is not None and status not in ATTEMPT_STATUSES:
+        *first, last = ATTEMPT_STATUSES
+        problems.append(f"status must be {', '.join(first)} or {last}, got {status!r}")
     if sort not in ATTEMPT_SORTS:
         problems.append(f"sort must be one of {', '.join(ATTEMPT_SORTS)}, got {sort!r}")
     if problems:

@@ -26,19 +26,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from osmosis.eval.inputs.config import ConfigError, EvalConfig, parse_eval_config
+from osmosis.eval.inputs.config_checks import LineIndex
 from osmosis.eval.inputs.dataset_select import select_rows
 from osmosis.platform.core.crypto import SecretBox
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.db.models import Secret, User, Workspace, WorkspaceMember, new_id, utcnow
-from osmosis.platform.core.db.run_models import TERMINAL, EvalAttempt, EvalRun
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.errors import Conflict, NotFound, PlatformError, ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services import datasets
 from osmosis.platform.services.secrets import USER, SecretsNotFound, check_name
+from osmosis.vocabulary import MAX_PAGE, TERMINAL_RUN_STATUSES
 from osmosis.wire.runs import EvalRunCreate
 from osmosis.workspace import normalise_identity, redact_url
 
-MAX_PAGE = 50
 # Word lists read better as text than as a column of quoted words.
 _ADJECTIVES = (  # noqa: SIM905
     "amber azure bold brave brisk calm clever cosmic crisp daring eager fair fancy gentle "
@@ -82,7 +83,7 @@ def create_run(
     """Check everything a run needs, then store it `pending`; every problem found is reported
     in one error (its code is the first problem's: 422 config, 404/409 dataset, 404 secrets)."""
     problems: list[PlatformError] = []
-    config = _check_config(body, problems)
+    config = _check_config(body, problems, settings=settings)
     _check_origin(body.repository.origin_url, workspace, problems)
     dataset_name = config.experiment.dataset if config else body.experiment_config.dataset
     version: DatasetVersion | None = None
@@ -155,7 +156,9 @@ def create_run(
     raise Conflict("could not find a free run name; submit again")
 
 
-def _check_config(body: EvalRunCreate, problems: list[PlatformError]) -> EvalConfig | None:
+def _check_config(
+    body: EvalRunCreate, problems: list[PlatformError], *, settings: Settings
+) -> EvalConfig | None:
     issues: list[dict[str, Any]] = []
     path = PurePosixPath(body.config_path)
     if (
@@ -190,6 +193,7 @@ def _check_config(body: EvalRunCreate, problems: list[PlatformError]) -> EvalCon
                         f"experiment.{key} = {getattr(config.experiment, key)!r}",
                     }
                 )
+        issues += _over_caps(config, body.config_toml, settings)
     if issues:
         lines = [
             f"{body.config_path}:{i['line']}: {i['key']}: {i['message']}"
@@ -209,6 +213,29 @@ def _check_config(body: EvalRunCreate, problems: list[PlatformError]) -> EvalCon
         )
         return None
     return config
+
+
+def _over_caps(config: EvalConfig, text: str, settings: Settings) -> list[dict[str, Any]]:
+    """The config's timeouts above the platform's caps: a hung rollout holds a run slot for
+    as long as its timeout allows (issue 25.7)."""
+    caps = (
+        ("agent_workflow_timeout_s", settings.max_agent_workflow_timeout_s, "AGENT_WORKFLOW"),
+        ("grader_timeout_s", settings.max_grader_timeout_s, "GRADER"),
+    )
+    lines = LineIndex(text)
+    issues: list[dict[str, Any]] = []
+    for key, cap, env in caps:
+        value = float(getattr(config.evaluation, key))
+        if value > cap:
+            issues.append(
+                {
+                    "line": lines.line_of("evaluation", key),
+                    "key": f"evaluation.{key}",
+                    "message": f"{value:g} s is above this platform's cap of {cap:g} s "
+                    f"(OSMOSIS_MAX_{env}_TIMEOUT_S); set it to {cap:g} or less",
+                }
+            )
+    return issues
 
 
 def _check_origin(origin_url: str, workspace: Workspace, problems: list[PlatformError]) -> None:
@@ -364,7 +391,7 @@ def request_stop(db: Session, *, run: EvalRun) -> bool:
     holding it, whichever process that is (False; the worker ends it `stopped`). A finished,
     failed or stopped run is a Conflict."""
     db.refresh(run)
-    if run.status in TERMINAL:
+    if run.status in TERMINAL_RUN_STATUSES:
         raise Conflict(
             f'eval run "{run.name}" is already {run.status}',
             details={"eval_run": run.name, "status": run.status},
@@ -398,7 +425,7 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     `secrets`, else a 422 whose `details.run_secret_names` lists them.
     """
     db.refresh(run)
-    if run.status not in TERMINAL:
+    if run.status not in TERMINAL_RUN_STATUSES:
         raise Conflict(
             f'eval run "{run.name}" is {run.status}: only a finished, failed or stopped run '
             "can be retried",
@@ -437,6 +464,7 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     )
     run.status = "pending"
     run.retry_failed = True
+    run.crash_resumes = 0  # a retry gets the platform's resumes after a crash again
     run.stop_requested = False
     run.error = None
     # `started_at` stays the first start and `duration_ms` the active time so far: the worker

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from osmosis.platform.web.session import CSRF_FIELD, Viewer
+from osmosis.vocabulary import passes
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -80,7 +81,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(percent=percent, number=number, duration=duration, when=when, cell=cell)
-    env.globals.update(query=query, csrf_field=CSRF_FIELD)
+    env.globals.update(query=query, csrf_field=CSRF_FIELD, passes=passes)
     return env
 
 

@@ -36,13 +36,13 @@ from osmosis.eval.results.metrics import pass_at_k_estimate
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.trajectory import MAX_BYTES, final_output, first_user_message
+from osmosis.vocabulary import ATTEMPT_STATUSES, passes
 from osmosis.wire.runs import ATTEMPT_SORTS
 
 JOURNAL = "events.jsonl"
 TEXT_CHARS = 4_000
 MAX_QUERY = 200
 MAX_TERMS = 8
-STATUSES = ("success", "failed", "skipped")
 _TERM = re.compile(r'"([^"]+)"|(\S+)')
 
 
@@ -103,8 +103,10 @@ class SampleQuery:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.status and self.status not in STATUSES:
-            problems.append(f"status must be one of {', '.join(STATUSES)}; got {self.status!r}")
+        if self.status and self.status not in ATTEMPT_STATUSES:
+            problems.append(
+                f"status must be one of {', '.join(ATTEMPT_STATUSES)}; got {self.status!r}"
+            )
         if self.sort not in ATTEMPT_SORTS:
             problems.append(f"sort must be one of {', '.join(ATTEMPT_SORTS)}; got {self.sort!r}")
         if len(self.text) > MAX_QUERY:
@@ -358,14 +360,13 @@ class SampleIndex:
             if sample.row_index in by_row and sample.status != "skipped":
                 tally = tallies.setdefault(sample.row_index, [0, 0])
                 tally[0] += 1
-                reward = sample.reward
-                tally[1] += reward is not None and reward >= self.pass_threshold
+                tally[1] += passes(sample.reward, self.pass_threshold)
         ks = [1 << p for p in range(max(self.n_runs, 1).bit_length())]
         out = []
         for row in sorted(by_row):
-            attempts, passes = tallies.get(row, [0, 0])
-            curve = [(k, pass_at_k_estimate(attempts, passes, k)) for k in ks if k <= attempts]
-            out.append(RowGroup(row, by_row[row], attempts, passes, curve))
+            attempts, passed = tallies.get(row, [0, 0])
+            curve = [(k, pass_at_k_estimate(attempts, passed, k)) for k in ks if k <= attempts]
+            out.append(RowGroup(row, by_row[row], attempts, passed, curve))
         return out
 
     def neighbours(self, query: SampleQuery, key: tuple[int, int]) -> Neighbours:

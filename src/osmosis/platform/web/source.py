@@ -25,9 +25,11 @@ from fastapi import Depends, Request
 from osmosis.platform.core.errors import NotFound
 from osmosis.platform.web.samples_index import SampleIndex
 from osmosis.platform.web.session import Viewer
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, RUN_STATUSES, TERMINAL_RUN_STATUSES
 
 RUNS_PER_PAGE = 25
-LIVE_STATUSES = ("pending", "running")
+# pending and running: a local run is live while `running` too (its lock is held).
+LIVE_STATUSES = tuple(s for s in RUN_STATUSES if s not in TERMINAL_RUN_STATUSES)
 
 
 class RunNotFound(NotFound):
@@ -70,7 +72,7 @@ class RunDetail:
     dataset_sha256: str | None = None
     rows_digest: str | None = None
     """Identity of the selected rows, where the source records one (a local manifest)."""
-    pass_threshold: float = 1.0
+    pass_threshold: float = DEFAULT_PASS_THRESHOLD
     cost_usd: float | None = None
     errors_by_type: dict[str, int] = field(default_factory=dict)
 

@@ -37,8 +37,8 @@ from osmosis.platform.web.source import (
     RunView,
     Tally,
 )
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, LOCAL_RUN_STATUSES
 
-STATUSES = ("running", "finished", "incomplete")
 MAX_JSON_BYTES = 16 * 1024 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -114,7 +114,7 @@ class LocalSource:
     def filter_choices(self) -> FilterChoices:
         views = [self._view(path, detail=False) for path in self._run_dirs()]
         return FilterChoices(
-            statuses=STATUSES,
+            statuses=LOCAL_RUN_STATUSES,
             datasets=sorted({v.dataset for v in views if v.dataset}),
             models=sorted({v.model for v in views if v.model}),
             rollouts=sorted({v.rollout for v in views if v.rollout}),
@@ -216,7 +216,7 @@ class _RunFiles:
         progress = _read_json(path / "progress.json")
         self.total = int(_number(progress.get("total_runs")) or 0)
         threshold = _number(_mapping(self.manifest.get("inputs")).get("pass_threshold"))
-        self.pass_threshold = 1.0 if threshold is None else threshold
+        self.pass_threshold = DEFAULT_PASS_THRESHOLD if threshold is None else threshold
         # metrics.json is the run's own answer unless attempts were recorded after it. Strictly
         # newer: file times tick coarsely, and an equal time may hide a later line (then the
         # journal gives the same numbers, the same way, only later).
@@ -257,7 +257,7 @@ def _detail(manifest: dict[str, Any], summary: dict[str, Any]) -> RunDetail:
         dataset_rows=_int(selection.get("total_rows")),
         dataset_sha256=dataset.get("sha256"),
         rows_digest=dataset.get("selected_source_rows"),
-        pass_threshold=1.0 if threshold is None else threshold,
+        pass_threshold=DEFAULT_PASS_THRESHOLD if threshold is None else threshold,
         cost_usd=_number(summary.get("cost_usd")),
         errors_by_type={str(k): int(v) for k, v in errors.items() if isinstance(v, int)},
     )

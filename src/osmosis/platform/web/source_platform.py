@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.results.metrics import summarize
 from osmosis.platform.core.db.dataset_models import DatasetVersion
-from osmosis.platform.core.db.run_models import RUN_STATUSES, EvalAttempt, EvalRun
+from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services import datasets, runs, secrets
 from osmosis.platform.services.run_views import detail_public
@@ -38,6 +38,7 @@ from osmosis.platform.web.source import (
     RunView,
     Tally,
 )
+from osmosis.vocabulary import RUN_STATUSES
 from osmosis.wire.runs import EvalRunDetail, EvalRunSummary
 
 

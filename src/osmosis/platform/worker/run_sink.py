@@ -3,7 +3,7 @@
     sink = AttemptSink(sessions, run_id="9e1d…", pass_threshold=1.0)
     await sink.resync(run_dir / "events.jsonl")   # after a crash: DB := journal
     async with sink.flushing():
-        await run_local(plan, sink)                 # the engine's Reporter
+        await run_evaluation(plan, sink)                 # the engine's Reporter
 
 The journal (`events.jsonl`, fsynced by the engine) stays the authority: the engine writes a
 record there before it reports it here, so the database can only lag behind it, and a resync
@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform.core.db.dialect import upsert
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
+from osmosis.vocabulary import pass_clause
 
 FLUSH_INTERVAL_SEC = 0.25
 FLUSH_BATCH = 100
@@ -32,7 +33,7 @@ _RESYNC_BATCH = 500
 
 
 class AttemptSink:
-    """A `Reporter` for `run_local` that records attempts in the database."""
+    """A `Reporter` for `run_evaluation` that records attempts in the database."""
 
     def __init__(
         self, sessions: sessionmaker[Session], *, run_id: str, pass_threshold: float
@@ -133,7 +134,7 @@ def refresh_counters(db: Session, *, run_id: str, pass_threshold: float) -> None
             func.sum(case((EvalAttempt.status == "failed", 1), else_=0)),
             func.sum(case((EvalAttempt.status == "skipped", 1), else_=0)),
             func.sum(case((graded, 1), else_=0)),
-            func.sum(case((graded & (EvalAttempt.reward >= pass_threshold), 1), else_=0)),
+            func.sum(case((graded & pass_clause(EvalAttempt.reward, pass_threshold), 1), else_=0)),
             func.avg(case((graded, cast(EvalAttempt.reward, Float)), else_=None)),
             func.sum(func.coalesce(EvalAttempt.tokens, 0)),
         ).where(EvalAttempt.run_id == run_id)

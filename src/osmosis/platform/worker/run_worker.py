@@ -4,8 +4,8 @@
 The scheduler starts it once it has claimed the run (`osmosis.platform.worker.leases`;
 `epoch` is the claim's number). It checks out the submitted commit, writes the submitted config
 into the
-checkout, and hosts the engine exactly as `osmosis eval run` does (`plan_local_run` +
-`run_local`) with the run directory in the blob store (`runs.run_dir`), so the journal there
+checkout, and hosts the engine exactly as `osmosis eval run` does (`plan_run` +
+`run_evaluation`) with the run directory in the blob store (`runs.run_dir`), so the journal there
 decides what is recorded, and any worker that takes the run over later resumes from it.
 
 - Every write that ends the run names the claim (`leases.holds`): a worker whose lease was
@@ -47,13 +47,14 @@ from sqlalchemy.orm import Session
 
 from osmosis.eval.errors import HostError, describe
 from osmosis.eval.host import event_loop
-from osmosis.eval.host.plan import LocalRunOptions, PlanError, plan_local_run
-from osmosis.eval.host.run import run_local
+from osmosis.eval.host.plan import PlanError, RunOptions, plan_run
+from osmosis.eval.host.run import run_evaluation
 from osmosis.eval.host.run_dir import RunLocked
 from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
 from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+from osmosis.eval.sites.spec import LocalSiteSpec, RaySiteSpec, SandboxSiteSpec, SiteSpec
 from osmosis.platform.core.crypto import KEY_ENV, load_secret_box
 from osmosis.platform.core.db import make_engine, make_session_factory
 from osmosis.platform.core.db.dataset_models import DatasetVersion
@@ -183,7 +184,7 @@ class _Worker:
         threshold = float(json.loads(run.config)["evaluation"]["pass_threshold"])
         sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
         await sink.resync(self.dir / "events.jsonl")
-        options = LocalRunOptions(
+        options = RunOptions(
             name=run.id,
             output=runs_root(self.settings),
             dataset_file=dataset_file,
@@ -201,6 +202,8 @@ class _Worker:
             outage_wait_s=self.settings.outage_wait_s,
             bridge_host=self.settings.bridge_host,
             bridge_url=self.settings.bridge_url,
+            bridge_max_tokens=self.settings.bridge_max_tokens,
+            bridge_max_request_bytes=self.settings.bridge_max_request_bytes,
             artifact_limits=ArtifactLimits(
                 max_files=self.settings.artifact_max_files,
                 max_file_bytes=self.settings.artifact_max_file_bytes,
@@ -208,13 +211,13 @@ class _Worker:
             ),
         )
         try:
-            plan = plan_local_run(config_path, options)
+            plan = plan_run(config_path, options)
         except PlanError as error:
             return self._failed(describe(error))
         self._set_total(plan.total_work_items, plan.selection.total_rows)
         try:
             async with sink.flushing():
-                report = await run_local(plan, sink, **self._rollout_site(run))
+                report = await run_evaluation(plan, sink, site=self._rollout_site(run))
         except RunLocked:
             # The run's previous worker is still winding down (or is cut off from the
             # database, yet writing): its journal must not get a second writer.
@@ -264,7 +267,7 @@ class _Worker:
                 raise
         return config_path, dataset_file
 
-    def _rollout_site(self, run: EvalRun) -> dict[str, Any]:
+    def _rollout_site(self, run: EvalRun) -> SiteSpec:
         """How this run's rollout servers start: sandboxed unless `OSMOSIS_SANDBOX=off` (with
         the workspace's network, else the platform's), and from a clean environment either
         way: nothing of the operator's (`GITHUB_TOKEN`, `PGPASSWORD`, …) reaches them.
@@ -279,14 +282,18 @@ class _Worker:
                 level="warning",
             )
             # A clean base: each node then starts its servers from its own PATH/HOME/locale.
-            return {"base_env": clean_base_env(os.environ, home=home, user=_user())}
+            return RaySiteSpec(
+                address=self.settings.ray_address,
+                max_replicas=self.settings.ray_max_replicas,
+                clean_env=True,
+            )
         if not self.settings.sandbox:
             self.log(
                 "the rollout sandbox is off (OSMOSIS_SANDBOX=off): this run's code runs with "
                 "the platform's own user, network and files",
                 level="warning",
             )
-            return {"base_env": clean_base_env(os.environ, home=home, user=_user())}
+            return LocalSiteSpec(base_env=clean_base_env(os.environ, home=home, user=_user()))
         with self.sessions() as db:
             network = sandbox_network(db.get(Workspace, run.workspace_id), self.settings)
         policy = SandboxPolicy(
@@ -300,13 +307,13 @@ class _Worker:
             ),
             bwrap=self.settings.sandbox_bwrap,
         )
-        return {
-            "sandbox": policy,
-            "base_env": clean_base_env(os.environ, home=SANDBOX_HOME),
+        return SandboxSiteSpec(
+            policy=policy,
+            base_env=clean_base_env(os.environ, home=SANDBOX_HOME),
             # Should a bound directory ever hold one of them (a shared blob store under /opt,
             # say): masked, with every other run's outputs and the datasets in it.
-            "hidden": (self.settings.home, self.settings.blob_dir, self.settings.runs_dir),
-        }
+            hidden=(self.settings.home, self.settings.blob_dir, self.settings.runs_dir),
+        )
 
     def _environ(self, run: EvalRun) -> dict[str, str]:
         """The server's environment (minus its own settings) with the run's secrets: stored

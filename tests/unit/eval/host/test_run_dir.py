@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from osmosis.eval.engine import FinishedAttempt
 from osmosis.eval.host.run_dir import ResumeRefused, RunDirectory, RunLocked, Slots
-from osmosis.eval.results.records import AttemptRecord
+from osmosis.eval.results.records import AttemptRecord, FinishedAttempt
 from osmosis.eval.results.redact import Redactor
 
 INPUTS = {"model_path": "openai/m", "n": 2, "dataset": {"sha256": "abc"}}

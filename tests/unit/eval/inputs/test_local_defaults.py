@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.host.plan import DatasetNotFound, LocalRunOptions, plan_local_run
+from osmosis.eval.host.plan import DatasetNotFound, RunOptions, plan_run
 from osmosis.eval.inputs.config import ConfigError, parse_eval_config
 from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION, select_rows
 from tests.e2e.workspace import make_workspace, row
@@ -23,13 +23,13 @@ def config(tmp_path: Path) -> Path:
 
 
 def test_without_limit_a_local_run_takes_every_row(config):
-    plan = plan_local_run(config, LocalRunOptions(environ={}))
+    plan = plan_run(config, RunOptions(environ={}))
     assert plan.selection.rows == tuple(range(30)) and plan.selection.method == "all"
     assert plan.provenance()["selection"]["method"] == "all"
 
 
 def test_the_platforms_default_stays_a_seeded_ten_percent_sample(config):
-    plan = plan_local_run(config, LocalRunOptions(environ={}, sample_fraction=SAMPLE_FRACTION))
+    plan = plan_run(config, RunOptions(environ={}, sample_fraction=SAMPLE_FRACTION))
     assert plan.selection.method == "sample" and len(plan.selection) == 3  # ceil(30 * 0.1)
     again = select_rows(30, seed=plan.selection.seed)
     assert again.rows == plan.selection.rows
@@ -38,15 +38,15 @@ def test_the_platforms_default_stays_a_seeded_ten_percent_sample(config):
 def test_limit_and_rows_win_over_either_default(config):
     limited = config.read_text().replace("n = 1", "n = 1\nlimit = 4")
     config.write_text(limited)
-    assert len(plan_local_run(config, LocalRunOptions(environ={})).selection) == 4
-    chosen = plan_local_run(config, LocalRunOptions(environ={}, rows="7,9"))
+    assert len(plan_run(config, RunOptions(environ={})).selection) == 4
+    chosen = plan_run(config, RunOptions(environ={}, rows="7,9"))
     assert chosen.selection.rows == (7, 9)
 
 
 def test_a_missing_local_dataset_is_dataset_not_found_naming_both_ways_out(config):
     (config.parents[2] / "data" / "scripted.jsonl").unlink()
     with pytest.raises(DatasetNotFound) as caught:
-        plan_local_run(config, LocalRunOptions(environ={}))
+        plan_run(config, RunOptions(environ={}))
     assert caught.value.details == {"dataset": "scripted"}
     assert "--dataset-file" in caught.value.hint and "log in" in caught.value.hint
 
@@ -55,8 +55,8 @@ def test_a_fetched_dataset_keeps_its_origin_in_the_plan(config, tmp_path):
     fetched = tmp_path / "cache" / "scripted.jsonl"
     fetched.parent.mkdir()
     fetched.write_bytes((config.parents[2] / "data" / "scripted.jsonl").read_bytes())
-    options = LocalRunOptions(environ={}, dataset_file=fetched, dataset_origin="cache")
-    assert plan_local_run(config, options).dataset_source == "cache"
+    options = RunOptions(environ={}, dataset_file=fetched, dataset_origin="cache")
+    assert plan_run(config, options).dataset_source == "cache"
 
 
 EXPERIMENT = (

@@ -8,10 +8,10 @@ trial back. Nothing here imports Ray; nothing here follows a symbolic link.
 Why our own zip rather than handing Ray the directory: Ray's packer follows links (a
 pushed repository holding `secrets -> /` would ship the worker machine's files to every
 node), honours `.gitignore` (a rollout could lose a file it reads), and packs `.osmosis/`
-(other runs, venvs). The zip holds regular files and directories only, minus `.git`, venvs,
-caches and `.osmosis/`, is byte-identical for an unchanged tree (Ray then reuses the package
-it already has), and stays under `MAX_WORKING_DIR_BYTES` (Ray refuses packages past its
-512 MiB message size).
+(other runs, venvs). The zip holds regular files and directories only, minus what is not
+source (`.git`, venvs, caches, `.osmosis/`: `osmosis.eval.inputs.sources`), is
+byte-identical for an unchanged tree (Ray then reuses the package it already has), and stays
+under `MAX_WORKING_DIR_BYTES` (Ray refuses packages past its 512 MiB message size).
 
 A trial travels as a list of (relative path, bytes): regular files only, bounded by
 `TrialLimits`, and written back into a fresh directory with `O_EXCL | O_NOFOLLOW` after
@@ -31,25 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from osmosis.eval.errors import HostError
+from osmosis.eval.inputs.sources import COMPILED_SUFFIXES, NOT_SOURCE_DIRS, VENV_MARKER
 from osmosis.eval.results.trial_outputs import ArtifactLimits, Skipped
 
 MAX_WORKING_DIR_BYTES = 256 * 1024 * 1024
 """The largest checkout (uncompressed bytes of the files shipped) a Ray run sends."""
-
-EXCLUDED_DIRS = frozenset(
-    {
-        ".git",
-        ".osmosis",
-        ".venv",
-        "venv",
-        "__pycache__",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        "node_modules",
-    }
-)
-"""Directory names never shipped (any directory holding `pyvenv.cfg` is a venv too)."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -217,8 +203,8 @@ def _walk(
 ) -> Iterator[tuple[int, str, str, os.stat_result]]:
     """(directory fd, name, relative path, stat) of every regular file below `root`, depth
     first in name order, links never followed; anything else is noted in `skipped`. The fd
-    is open until the next item: read the file before advancing. `exclude`: leave out
-    `EXCLUDED_DIRS` and venvs."""
+    is open until the next item: read the file before advancing. `exclude`: leave out what
+    is not source (`osmosis.eval.inputs.sources`)."""
     try:
         top = os.open(root, _DIR_FLAGS)
     except OSError as error:
@@ -234,7 +220,7 @@ def _walk_dir(
     try:
         with os.scandir(folder) as listing:
             names = sorted(entry.name for entry in listing)
-        if exclude and prefix and "pyvenv.cfg" in names:
+        if exclude and prefix and VENV_MARKER in names:
             skipped.append(Skipped(prefix.rstrip("/"), "a virtual environment"))
             return
         for name in names:
@@ -245,7 +231,7 @@ def _walk_dir(
                 skipped.append(Skipped(relative, f"unreadable ({error.strerror})"))
                 continue
             if stat.S_ISDIR(info.st_mode):
-                if exclude and name in EXCLUDED_DIRS:
+                if exclude and name in NOT_SOURCE_DIRS:
                     continue
                 try:
                     inner = os.open(name, _DIR_FLAGS, dir_fd=folder)
@@ -254,7 +240,8 @@ def _walk_dir(
                     continue
                 yield from _walk_dir(inner, relative + "/", skipped, exclude)
             elif stat.S_ISREG(info.st_mode):
-                yield folder, name, relative, info
+                if not (exclude and name.endswith(COMPILED_SUFFIXES)):
+                    yield folder, name, relative, info
             elif stat.S_ISLNK(info.st_mode):
                 skipped.append(Skipped(relative, "a symbolic link: links are not followed"))
             else:
@@ -289,7 +276,6 @@ def _remove(path: Path) -> None:
 
 
 __all__ = [
-    "EXCLUDED_DIRS",
     "MAX_WORKING_DIR_BYTES",
     "Packed",
     "TrialFiles",

@@ -7,6 +7,8 @@
         await site.start(replicas=None)   # one per alive node; or an exact number
         ...                               # Engine(site=site, ...), as with the local site
 
+A host asks for it with `RaySiteSpec` (`osmosis.eval.sites.spec.start_site`).
+
 The only module that imports `ray` (`pip install 'osmosis[ray]'`; without it the host says
 so). How it works:
 
@@ -57,7 +59,13 @@ from urllib.parse import urlsplit
 from osmosis.eval.errors import HostError
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.results.trial_outputs import DEFAULT_ARTIFACT_LIMITS, ArtifactLimits
-from osmosis.eval.sites.api import Lease, RolloutAPI, RolloutServerUnavailable, parse_result
+from osmosis.eval.sites.api import (
+    Lease,
+    ResourceLimitBreach,
+    RolloutAPI,
+    RolloutServerUnavailable,
+    parse_result,
+)
 from osmosis.eval.sites.local import DEFAULT_MAX_RESTARTS, capacity_of
 from osmosis.eval.sites.ray.actor import ReplicaInfo, ReplicaSpec, RolloutReplica, raise_fault
 from osmosis.eval.sites.ray.ship import TrialFiles, TrialLimits, pack_working_dir, write_trial
@@ -187,6 +195,10 @@ class RayEndpoint:
     @property
     def death_reason(self) -> str:
         return self._reason
+
+    @property
+    def breach(self) -> ResourceLimitBreach | None:
+        return None  # the cluster's nodes enforce no limits of ours
 
     async def trial(self, rollout_id: str) -> Path | None:
         path = self._site.trials_root / rollout_id

@@ -25,7 +25,8 @@ server (`osmosis.eval.sites.sandbox.site.SandboxSite`) runs as
 - **Limits** (`limits`, `policy.SandboxLimits`): memory and processes through a cgroup (v2,
   else v1, else rlimits, said in the run's log), file size and CPU seconds through rlimits,
   output bytes per attempt checked when it ends. A limit hit fails that attempt
-  `resource_limit`; the server is restarted and the other attempts it ran go back to pending.
+  `resource_limit` (the site says so with a typed `sites.api.ResourceLimitBreach`); the server
+  is restarted and the other attempts it ran go back to pending.
 
 What it does not contain: kernel bugs reachable from an unprivileged user namespace (no
 seccomp filter yet), CPU and disk bandwidth (no cpu or io controller), and, with `full`, the
@@ -35,7 +36,6 @@ host's non-loopback addresses. See docs/platform.md, "Security model".
 from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.policy import (
     NETWORK_MODES,
-    RESOURCE_LIMIT_PREFIX,
     NetworkMode,
     SandboxLimits,
     SandboxPolicy,
@@ -49,7 +49,6 @@ from osmosis.eval.sites.sandbox.support import (
 
 __all__ = [
     "NETWORK_MODES",
-    "RESOURCE_LIMIT_PREFIX",
     "NetworkMode",
     "SandboxLimits",
     "SandboxPolicy",

@@ -34,17 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from osmosis.eval.sites.sandbox.policy import SandboxLimits
+from osmosis.vocabulary import format_bytes
 
 _GROUP_PREFIX = "osmosis-sandbox-"
 _STALE_AFTER_SEC = 600.0  # an empty group this old was left by an engine that was killed
 _KILL_ROUNDS = 50
-
-
-def _size(value: int) -> str:
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= size and value % size == 0:
-            return f"{value // size} {unit}"
-    return f"{value} bytes"
 
 
 @dataclass
@@ -74,11 +68,11 @@ class LimitGroup:
 
     def describe(self) -> str:
         """One line for the run's log: the mechanism and every limit."""
-        memory = _size(self.limits.memory_bytes)
+        memory = format_bytes(self.limits.memory_bytes, exact=True)
         return (
             f"limits via {self.mechanism}: memory {memory}, {self.limits.processes} processes, "
-            f"files up to {_size(self.limits.file_bytes)}, "
-            f"{_size(self.limits.artifact_bytes)} of outputs per attempt, "
+            f"files up to {format_bytes(self.limits.file_bytes, exact=True)}, "
+            f"{format_bytes(self.limits.artifact_bytes, exact=True)} of outputs per attempt, "
             + (f"{self.limits.cpu_seconds} CPU s per process" if self.limits.cpu_seconds else "")
         ).rstrip(", ")
 
@@ -122,8 +116,8 @@ class LimitGroup:
             kills = self._counter("memory")
             if kills > self._baseline.get("memory", 0):
                 return (
-                    f"memory limit ({_size(self.limits.memory_bytes)}): the kernel killed a "
-                    "process that needed more (OOM)"
+                    f"memory limit ({format_bytes(self.limits.memory_bytes, exact=True)}): the "
+                    "kernel killed a process that needed more (OOM)"
                 )
         if self.pids_dir is not None:
             refused = self._counter("pids")

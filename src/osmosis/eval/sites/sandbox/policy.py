@@ -20,10 +20,6 @@ NETWORK_MODES: tuple[NetworkMode, ...] = ("bridge", "full")
 """`bridge`: the model bridge and nothing else. `full`: the internet too (slirp4netns), but
 never the host's loopback, where the platform API listens."""
 
-RESOURCE_LIMIT_PREFIX = "resource_limit"
-"""How a sandbox says a limit was exceeded: an endpoint's `death_reason` or an attempt's error
-message starting with it is classified as the error type `resource_limit`."""
-
 MAX_TRIAL_ENTRIES = 100_000
 """Files and directories one attempt may leave in its trial directory (a fixed bound on inodes:
 past it the attempt fails `resource_limit`)."""
@@ -72,7 +68,6 @@ class SandboxPolicy:
 __all__ = [
     "MAX_TRIAL_ENTRIES",
     "NETWORK_MODES",
-    "RESOURCE_LIMIT_PREFIX",
     "GiB",
     "MiB",
     "NetworkMode",

@@ -8,7 +8,8 @@
         await site.start(replicas=2)
         ...                               # Engine(site=site, ...), as with the local site
 
-It is the local-process site with three differences (see `osmosis.eval.sites.sandbox` for the
+A host asks for it with `SandboxSiteSpec` (`osmosis.eval.sites.spec.start_site`). It is the
+local-process site with three differences (see `osmosis.eval.sites.sandbox` for the
 sandbox itself):
 
 - **Launch.** `RolloutProcess` starts `bwrap … -- python -I -S shim.py … -- python main.py`:
@@ -22,11 +23,12 @@ sandbox itself):
   files) and `artifacts/` (a real directory) into a fresh `trials_root/<rollout_id>` the
   sandbox cannot see, so nothing the engine reads can be swapped for a link afterwards.
 - **Limits.** A watcher reads the cgroup's counters; when the memory or process limit is hit
-  it marks the endpoint dead with a `death_reason` starting `resource_limit` *before* it kills
-  the sandbox, so the engine charges the attempt that ran alone on it and requeues the others
-  as suspects (re-run alone). A finished attempt whose files reached the file-size limit or
-  exceed the output bytes is answered as a failure `resource_limit` instead of its result.
-  Restarts after a resource limit do not use the endpoint's restart budget.
+  it marks the endpoint dead with its `breach` (a `ResourceLimitBreach`, also its
+  `death_reason` in words) *before* it kills the sandbox, so the engine charges the attempt
+  that ran alone on it and requeues the others as suspects (re-run alone). A finished attempt
+  whose files reached the file-size limit or exceed the output bytes is answered as a
+  `ResultWithBreach` (a failure `resource_limit`) instead of its result. Restarts after a
+  resource limit do not use the endpoint's restart budget.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from urllib.parse import urlsplit
 
 from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
 from osmosis.eval.results.redact import Redactor
-from osmosis.eval.sites.api import Lease, RolloutAPI
+from osmosis.eval.sites.api import Lease, ResourceLimitBreach, ResultWithBreach, RolloutAPI
 from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.local import (
     DEFAULT_MAX_RESTARTS,
@@ -73,12 +75,7 @@ from osmosis.eval.sites.sandbox.layout import (
 )
 from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
-from osmosis.eval.sites.sandbox.policy import (
-    MAX_TRIAL_ENTRIES,
-    RESOURCE_LIMIT_PREFIX,
-    SandboxLimits,
-    SandboxPolicy,
-)
+from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
 from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
 from osmosis.eval.sites.seam import Endpoint
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
@@ -131,12 +128,14 @@ class SandboxEndpoint(LocalEndpoint):
 
     @property
     def death_reason(self) -> str:
-        if self.limit_hit is not None:
-            return (
-                f"{RESOURCE_LIMIT_PREFIX}: rollout server {self.name!r} exceeded its "
-                f"{self.limit_hit}"
-            )
-        return self.process.exit_reason
+        breach = self.breach
+        return str(breach) if breach is not None else self.process.exit_reason
+
+    @property
+    def breach(self) -> ResourceLimitBreach | None:
+        if self.limit_hit is None:
+            return None
+        return ResourceLimitBreach(f"rollout server {self.name!r}", self.limit_hit)
 
     async def trial(self, rollout_id: str) -> Path | None:
         return await asyncio.to_thread(self._take_trial, rollout_id)
@@ -218,7 +217,7 @@ class SandboxEndpoint(LocalEndpoint):
 
 class _LimitedAPI:
     """The endpoint's `RolloutClient`, with each finished attempt checked against the file
-    limits (a limit exceeded answers a failure `resource_limit` instead of the result)."""
+    limits (a limit exceeded answers a `ResultWithBreach` instead of the result)."""
 
     def __init__(self, client: RolloutClient, endpoint: SandboxEndpoint) -> None:
         self._client = client
@@ -237,10 +236,12 @@ class _LimitedAPI:
         verdict = await asyncio.to_thread(self._endpoint.attempt_verdict, lease.rollout_id, result)
         if verdict is None:
             return result
-        return RolloutResultResponse(
+        breach = ResourceLimitBreach("the attempt", verdict)
+        return ResultWithBreach(
             rollout_id=lease.rollout_id,
             status=RolloutStatus.FAILURE,
-            err_message=f"{RESOURCE_LIMIT_PREFIX}: the attempt exceeded its {verdict}",
+            err_message=str(breach),
+            breach=breach,
         )
 
     async def cancel(self, rollout_ids: list[str]) -> dict[str, str]:
@@ -301,7 +302,7 @@ class SandboxSite(LocalProcessSite):
         self._described = False
         self._limit_restarts = 0
 
-    async def start(self, replicas: int = 1) -> None:
+    async def start(self, replicas: int | None = 1) -> None:
         """Check the sandbox works here (`SandboxUnavailable` otherwise), prepare the site's
         directory and the bridge's socket, then start the servers as the local site does."""
         self.support = await asyncio.to_thread(probe_sandbox, self.policy.bwrap)
@@ -386,8 +387,9 @@ class SandboxSite(LocalProcessSite):
             _release_group(group, socket_path)
             if hit is None:
                 raise
+            breach = ResourceLimitBreach(f"rollout {name!r}", hit)
             raise RolloutStartError(
-                f"{RESOURCE_LIMIT_PREFIX}: rollout {name!r} exceeded its {hit} while starting",
+                f"{breach} while starting",
                 returncode=error.returncode,
                 output=error.output_tail,
             ) from None

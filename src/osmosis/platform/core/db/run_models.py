@@ -23,10 +23,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from osmosis.platform.core.db.models import Base, User, UtcDateTime, Workspace, new_id, utcnow
+from osmosis.vocabulary import ATTEMPT_STATUSES, RUN_STATUSES
 
-RUN_STATUSES = ("pending", "running", "finished", "failed", "stopped")
-TERMINAL = ("finished", "failed", "stopped")
-ATTEMPT_STATUSES = ("success", "failed", "skipped")
+
+def _one_of(statuses: tuple[str, ...]) -> str:
+    """The CHECK condition allowing exactly `statuses`: `status IN ('a', 'b')`, as the
+    migrations spell it (they are history and keep their own literal copy)."""
+    return "status IN ({})".format(", ".join(f"'{status}'" for status in statuses))
 
 
 class EvalRun(Base):
@@ -34,9 +37,7 @@ class EvalRun(Base):
 
     __tablename__ = "eval_runs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('pending', 'running', 'finished', 'failed', 'stopped')", name="status"
-        ),
+        CheckConstraint(_one_of(RUN_STATUSES), name="status"),
         # The list is newest first within a workspace; the scheduler takes pending runs
         # oldest first.
         Index("ix_eval_runs_workspace_created", "workspace_id", "created_at"),
@@ -89,6 +90,8 @@ class EvalRun(Base):
     tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     dataset_rows: Mapped[int | None] = mapped_column(Integer)
     resumed_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Resumes after its worker process was killed by a signal (`OSMOSIS_RUN_CRASH_RESUMES`).
+    crash_resumes: Mapped[int] = mapped_column(Integer, default=0)
 
     # Results and control.
     summary: Mapped[str | None] = mapped_column(Text)  # metrics.json, as the engine wrote it
@@ -116,7 +119,7 @@ class EvalAttempt(Base):
 
     __tablename__ = "eval_attempts"
     __table_args__ = (
-        CheckConstraint("status IN ('success', 'failed', 'skipped')", name="status"),
+        CheckConstraint(_one_of(ATTEMPT_STATUSES), name="status"),
         # The dashboard's filters and sorts within one run.
         Index("ix_eval_attempts_run_status", "run_id", "status"),
         Index("ix_eval_attempts_run_reward", "run_id", "reward"),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis.eval.results.records import AttemptRecord
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class LocalRun:
     @property
     def pass_threshold(self) -> float:
         value = self.inputs.get("pass_threshold")
-        return float(value) if isinstance(value, int | float) else 1.0
+        return float(value) if isinstance(value, int | float) else DEFAULT_PASS_THRESHOLD
 
     def records(self) -> list[AttemptRecord]:
         """Every recorded attempt, the latest journal line per (row, attempt), in row order."""
@@ -100,83 +101,3 @@ def read_local_run(path: Path) -> LocalRun:
         loaded = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
         metrics = loaded if isinstance(loaded, dict) else None
     return LocalRun(path=path, manifest=manifest, metrics=metrics)
-
-
-def show_local_info(out: Any, run: LocalRun) -> None:
-    """`eval info` for a local run: the platform view's sections, from the run directory."""
-    from osmosis.cli.eval_platform import _results_rows
-
-    metrics = run.metrics or {}
-    info = metrics.get("eval_run") or {}
-    summary = metrics.get("summary") or {}
-    records = run.records()
-    progress: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        progress = json.loads((run.path / "progress.json").read_text(encoding="utf-8"))
-    total = progress.get("total_runs")
-    # No metrics.json yet, or older than the journal: the run is still going (or was killed).
-    status = str(info.get("status") or "running")
-    if status == "finished" and len(records) != total:
-        status = "running"
-    inputs, provenance = run.inputs, run.manifest.get("provenance") or {}
-    rollout = inputs.get("rollout") or {}
-    results = {
-        "graded": summary.get("graded", 0),
-        "passed": summary.get("passed", 0),
-        "failed": summary.get("failed", 0),
-        "skipped": summary.get("skipped", 0),
-        "pass_rate": summary.get("pass_rate"),
-        "pass_threshold": summary.get("pass_threshold", run.pass_threshold),
-        "reward_stats": summary.get("reward_stats"),
-        "pass_at_k": summary.get("pass_at_k"),
-        "pass_hat_k": summary.get("pass_hat_k"),
-        "confidence_intervals": summary.get("confidence_intervals"),
-        "tokens_used": summary.get("tokens_used", 0),
-        "cost_usd": summary.get("cost_usd"),
-        "errors_by_type": summary.get("errors_by_type") or {},
-    }
-    if out.mode.value == "json":
-        out.detail(
-            {
-                "source": "local",
-                "output_path": str(run.path),
-                "eval_run": {**info, "status": status, "name": run.name},
-                "progress": {"completed": len(records), "total": total},
-                "metrics": metrics or None,
-                "metrics_available": bool(metrics),
-                "results": results,
-                "manifest": run.manifest,
-            }
-        )
-        return
-    duration = info.get("duration_ms")
-    out.detail(
-        {
-            "Name": run.name,
-            "Status": f"{status} (local run)",
-            "Progress": f"{len(records)} / {total} samples" if total else f"{len(records)}",
-            "Duration": f"{duration / 1000:.1f}s" if isinstance(duration, int | float) else None,
-            "Pass Rate": None if results["pass_rate"] is None else f"{results['pass_rate']:.1%}",
-            "Tokens Used": f"{results['tokens_used']:,}",
-            "Started": info.get("started_at") or run.manifest.get("created_at"),
-            "Completed": info.get("completed_at"),
-            "Dataset": f"{info.get('dataset_name') or '-'} ({provenance.get('dataset_path')})",
-            "Model": inputs.get("model_path"),
-            "Rollout": rollout.get("name"),
-        },
-        title=f"Local evaluation run {run.name}",
-    )
-    out.detail(
-        {
-            "Entrypoint": rollout.get("entrypoint"),
-            "Config": f"n={inputs.get('n')}, pass_threshold={inputs.get('pass_threshold')}",
-            "Config file": provenance.get("config_path"),
-            "Secrets": ", ".join(inputs.get("secrets") or []) or "-",
-        },
-        title="Configuration",
-    )
-    if metrics:
-        out.detail(_results_rows(results), title="Results")
-    else:
-        out.info("No metrics.json yet: the run has not finished or halted once.")
-    out.info(f"Output: {run.path}")

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 import pytest
 import xmlschema
 
-from osmosis.cli.eval_report import (
+from osmosis.cli.eval.report import (
     RunFacts,
     check_gate_options,
     check_gates,
@@ -20,7 +20,7 @@ from osmosis.cli.eval_report import (
 from osmosis.eval.results.metrics import summarize
 from osmosis.eval.results.records import AttemptRecord
 
-JUNIT_XSD = Path(__file__).parents[2] / "e2e" / "schemas" / "junit.xsd"
+JUNIT_XSD = Path(__file__).parents[3] / "e2e" / "schemas" / "junit.xsd"
 
 
 def attempt(row: int, run: int, outcome: float | str) -> AttemptRecord:

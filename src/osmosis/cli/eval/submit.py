@@ -8,147 +8,36 @@ is resolved (`osmosis.git_state`), and each `[secrets].required` name is found i
 file, the environment, the platform's store, or a hidden prompt. A summary is confirmed, then
 `EvalRunCreate` is posted: config values come from the local file, code from git.
 
-Typer only at module level; everything else is imported inside the command bodies.
+Only typer and this package's light helpers load at module level; the rest inside the
+command bodies.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis.cli.eval_platform import SecretsFileOption, YesOption, run_url
+from osmosis.cli.eval.context import envelope_context, run_url
+from osmosis.cli.eval.options import SecretsFileOption, YesOption
+from osmosis.cli.eval.run_secrets import (
+    read_secrets_file,
+    resolve_run_secrets,
+    secret_prompt,
+    stored_secrets,
+)
 
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
-    from osmosis.client import PlatformClient
     from osmosis.eval.inputs.config import EvalConfig, Issue
     from osmosis.workspace import Workspace
 
 PREFLIGHT_TIMEOUT_S = 60  # an entrypoint that serves at import time would never return
-
-
-# -- secrets ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SecretChoice:
-    """Where one required secret comes from: `scope` as the summary labels it, `source`."""
-
-    name: str
-    scope: str
-    source: str
-
-
-def read_secrets_file(value: str | None) -> dict[str, str]:
-    """`--secrets-file PATH|-` as a mapping (empty when not given)."""
-    from osmosis.cli.output import CLIError
-    from osmosis.eval.inputs.secrets import SecretsError, parse_dotenv, read_dotenv
-
-    if value is None:
-        return {}
-    try:
-        if value == "-":
-            return parse_dotenv(sys.stdin.read(), source="<stdin>")
-        return read_dotenv(Path(value))
-    except SecretsError as error:
-        raise CLIError(
-            f"--secrets-file: {error}",
-            details={"file": value, "problems": error.problems},
-            hint="one NAME=value per line; '#' starts a comment",
-        ) from None
-
-
-def _stored_label(scopes: set[str]) -> str:
-    if {"user", "workspace"} <= scopes:
-        return "Personal (overrides workspace)"
-    return "Personal" if "user" in scopes else "Workspace"
-
-
-def resolve_run_secrets(
-    required: Sequence[str],
-    *,
-    file_values: Mapping[str, str],
-    environ: Mapping[str, str],
-    stored: Callable[[], Mapping[str, set[str]]],
-    prompt: Callable[[str], str] | None,
-) -> tuple[dict[str, str], list[SecretChoice]]:
-    """Values to send and where each required secret comes from; first hit wins:
-    the secrets file, a non-empty environment variable, a secret stored on the platform (then
-    nothing is sent), a hidden prompt (only when `prompt` is given).
-
-    Every name still unresolved is reported at once, as INTERACTIVE_REQUIRED.
-    """
-    from osmosis.cli.output import CLIError
-
-    provided: dict[str, str] = {}
-    choices: dict[str, SecretChoice] = {}
-    for name in required:
-        if file_values.get(name):
-            provided[name] = file_values[name]
-            choices[name] = SecretChoice(name, "Run", "secrets file")
-        elif environ.get(name):
-            provided[name] = environ[name]
-            choices[name] = SecretChoice(name, "Run", "environment")
-    if len(choices) < len(required):
-        on_platform = stored()
-        for name in required:
-            if name not in choices and on_platform.get(name):
-                choices[name] = SecretChoice(name, _stored_label(on_platform[name]), "platform")
-    if prompt is not None:
-        for name in required:
-            if name not in choices:
-                value = prompt(name)
-                if value:
-                    provided[name] = value
-                    choices[name] = SecretChoice(name, "Run", "prompt")
-    missing = [name for name in required if name not in choices]
-    if missing:
-        raise CLIError(
-            f"required secret(s) not provided: {', '.join(missing)} (not in --secrets-file, "
-            "the environment, or stored on the platform)",
-            code="INTERACTIVE_REQUIRED",
-            details={"missing": missing, "flags": ["--secrets-file"]},
-            hint=f"pass --secrets-file FILE with NAME=value lines, export them, or store them: "
-            f"osmosis secret set {missing[0]} (personal; add --scope workspace to share it)",
-        )
-    return provided, [choices[name] for name in required]
-
-
-def _stored_secrets(client: PlatformClient, git: str) -> Callable[[], Mapping[str, set[str]]]:
-    def load() -> Mapping[str, set[str]]:
-        from osmosis.cli.credentials import platform_errors
-        from osmosis.cli.paging import MAX_PAGE, collect
-
-        scopes: dict[str, set[str]] = {}
-        with platform_errors():
-            stored = collect(
-                lambda limit, offset: client.list_secrets(git=git, limit=limit, offset=offset),
-                items=lambda page: page.secrets,
-                limit=MAX_PAGE,
-                everything=True,
-            )
-        for secret in stored.items:
-            scopes.setdefault(secret.name, set()).add(secret.scope)
-        return scopes
-
-    return load
-
-
-def secret_prompt(out: Output) -> Callable[[str], str] | None:
-    if not out.interactive:
-        return None
-    return lambda name: str(
-        typer.prompt(
-            f"Value for {name} (used for this run only)",
-            hide_input=True,
-            default="",
-            show_default=False,
-        )
-    )
 
 
 def _submit_hint(error: Any, dataset: str) -> None:
@@ -345,9 +234,7 @@ def submit_command(
 ) -> None:
     """Submit an evaluation run to the platform; it runs the pushed commit of this workspace."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.eval_platform import envelope_context
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import current_workspace
     from osmosis.git_state import GitStateError, resolve_git_state
     from osmosis.wire.runs import (
@@ -358,7 +245,7 @@ def submit_command(
     )
 
     out = output()
-    from osmosis.cli.eval_report import check_gate_options
+    from osmosis.cli.eval.report import check_gate_options
 
     gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
     if (min_pass_rate is not None or min_mean_reward is not None) and not wait:
@@ -387,7 +274,7 @@ def submit_command(
             cfg.secrets.required,
             file_values=file_values,
             environ=os.environ,
-            stored=_stored_secrets(client, workspace.identity),
+            stored=stored_secrets(client, workspace.identity),
             prompt=secret_prompt(out),
         )
         summary = {
@@ -422,7 +309,7 @@ def submit_command(
         )
         try:
             with platform_errors():
-                created = client.submit_eval_run(git=workspace.identity, body=body)
+                created = client.runs.submit(git=workspace.identity, body=body)
         except CLIError as error:
             _submit_hint(error, experiment.dataset)
             raise
@@ -465,7 +352,7 @@ def submit_command(
         {"action": "open_url", "url": url},
     ]
     if wait:  # one envelope, at the end: the run's outcome and its gates
-        from osmosis.cli.eval_wait import follow
+        from osmosis.cli.eval.wait import follow
 
         follow(
             out,

@@ -52,9 +52,8 @@ def compare_command(
 
     The pass rate and mean reward changes carry paired intervals over the rows scored in
     both runs; see docs/platform.md for the methods."""
-    from osmosis.cli.eval_platform import _runs_root
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.eval.context import runs_root
+    from osmosis.cli.output import CLIError, output
     from osmosis.eval.results.compare import check_alignment, compare_outcomes
 
     out = output()
@@ -62,7 +61,7 @@ def compare_command(
         raise CLIError(
             "eval compare needs at least two runs", details={"runs": runs}, hint="eval compare A B"
         )
-    root = _runs_root(output_root)
+    root = runs_root(output_root)
     loaded = _load_runs(runs, root)
     identities = [run.identity for run in loaded]
     outcomes = [run.outcomes for run in loaded]
@@ -113,7 +112,7 @@ class _Loaded:
 
 def _load_runs(refs: list[str], root: Path) -> list[_Loaded]:
     """Every run, local first; the platform is asked only for refs that are not local."""
-    from osmosis.cli.local_runs import find_local_run
+    from osmosis.cli.eval.local_runs import find_local_run
 
     local = {ref: find_local_run(ref, root=root) for ref in refs}
     remote = [ref for ref, path in local.items() if path is None]
@@ -126,7 +125,7 @@ def _load_runs(refs: list[str], root: Path) -> list[_Loaded]:
 
 
 def _local(ref: str, path: Path) -> _Loaded:
-    from osmosis.cli.local_runs import read_local_run
+    from osmosis.cli.eval.local_runs import read_local_run
     from osmosis.cli.output import CLIError
     from osmosis.eval.results.compare import RunIdentity, row_outcomes, source_rows
 
@@ -183,11 +182,11 @@ def _platform_runs(refs: list[str], root: Path) -> dict[str, _Loaded]:
 def _platform_run(client: PlatformClient, ref: str) -> _Loaded:
     from osmosis.eval.results.compare import RunIdentity, row_outcomes, source_rows
 
-    detail = client.get_eval_run(ref)
+    detail = client.runs.get(ref)
     attempts: list[dict[str, Any]] = []
     offset: int | None = 0
     while offset is not None:
-        page = client.eval_run_attempts(detail.eval_run.id, limit=_ATTEMPT_PAGE, offset=offset)
+        page = client.runs.attempts(detail.eval_run.id, limit=_ATTEMPT_PAGE, offset=offset)
         attempts += [attempt.model_dump() for attempt in page.attempts]
         offset = page.next_offset if page.has_more else None
     threshold = detail.summary.pass_threshold

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from osmosis.eval.host.plan import DatasetNotFound, LocalRunOptions
+    from osmosis.eval.host.plan import DatasetNotFound, RunOptions
 
 
 def dataset_cache_root(environ: Mapping[str, str]) -> Path:
@@ -29,8 +29,8 @@ def dataset_cache_root(environ: Mapping[str, str]) -> Path:
 
 
 def with_platform_dataset(
-    config_path: Path, options: LocalRunOptions, missing: DatasetNotFound
-) -> LocalRunOptions:
+    config_path: Path, options: RunOptions, missing: DatasetNotFound
+) -> RunOptions:
     """`options` with the platform dataset as `dataset_file` (origin `cache` or `download`).
 
     Without a configured platform the original "not found" error stands; a platform that
@@ -55,7 +55,7 @@ def with_platform_dataset(
         ) from None
     try:
         with platform_errors(), open_client(None) as client:
-            info = client.dataset_info(git=workspace.identity, name=name)
+            info = client.datasets.get(git=workspace.identity, name=name)
             if info.status != "uploaded":
                 raise CLIError(
                     f"dataset {name} on {client.base_url} is {info.status}, not uploaded",
@@ -68,7 +68,7 @@ def with_platform_dataset(
                 origin = "cache"
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                client.download_dataset(
+                client.datasets.download(
                     git=workspace.identity, name=name, dest=target, version=info.version
                 )
                 origin = "download"

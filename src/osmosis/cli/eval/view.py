@@ -35,12 +35,9 @@ def view_command(
     """Browse local runs in the dashboard, read-only, live while a run is going."""
     import uvicorn
 
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.loopback import is_loopback
-    from osmosis.platform.web import create_view_app
-    from osmosis.platform.web.source_local import LocalSource
-    from osmosis.platform.web.view_guard import LOOPBACK_NAMES
+    from osmosis.platform import local_view
 
     out = output()
     root = _resolve(directory)
@@ -51,17 +48,16 @@ def view_command(
     bound = listener.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown_host}:{bound}/"
-    app = create_view_app(root, allowed_hosts=LOOPBACK_NAMES | {host.lower()} if loopback else None)
-    runs = LocalSource(root)
-    count = runs.run_count()
+    view = local_view(root, host=host)
+    count = view.run_count
     if not loopback:
         out.warn(
             f"listening on {host}: anyone who can reach {url} can read these runs "
             "(there is no login)"
         )
-    what = f"run {root.name}" if runs.single else f"{count} run{'s' if count != 1 else ''}"
+    what = f"run {root.name}" if view.single else f"{count} run{'s' if count != 1 else ''}"
     out.info(f"Viewing {what} in {root} at {url} (read-only); Ctrl-C stops it.")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(view.app, log_level="warning", access_log=False))
     try:
         server.run(sockets=[listener])
     finally:
@@ -124,8 +120,3 @@ def _listen(host: str, port: int) -> socket.socket:
         ) from None
     listener.listen(128)
     return listener
-
-
-def register(app: typer.Typer) -> None:
-    """Add `view` to the `eval` group."""
-    app.command("view")(view_command)

@@ -25,6 +25,7 @@ from typing import Any, Final
 from xml.etree import ElementTree
 
 from osmosis.eval.results.records import AttemptRecord
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
 
 GATE_EXIT_CODE: Final = 3
 """A finished run below `--min-pass-rate` or `--min-mean-reward` (1 stays "error/partial")."""
@@ -174,7 +175,8 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
         (
             "Pass rate",
             f"{m.get('pass_rate', 0.0):.1%} ({m.get('passed', 0)}/{scored} scored, threshold "
-            f"{m.get('pass_threshold', 1.0):g})" + _interval(m, "pass_rate", ".1%"),
+            f"{m.get('pass_threshold', DEFAULT_PASS_THRESHOLD):g})"
+            + _interval(m, "pass_rate", ".1%"),
         ),
     ]
     stats = m.get("reward_stats")
@@ -238,13 +240,13 @@ def _attempt_line(record: AttemptRecord, threshold: float) -> str:
         return f"attempt {record.run_index}: skipped"
     if record.reward is None:
         return f"attempt {record.run_index}: not graded"
-    verdict = "pass" if record.reward >= threshold else "below threshold"
+    verdict = "pass" if passes(record.reward, threshold) else "below threshold"
     return f"attempt {record.run_index}: reward {record.reward:g} ({verdict})"
 
 
 def junit_xml(facts: RunFacts) -> str:
     """The run as JUnit XML: one `<testsuite>` for the run, one `<testcase>` per row."""
-    threshold = float(facts.summary.get("pass_threshold", 1.0))
+    threshold = float(facts.summary.get("pass_threshold", DEFAULT_PASS_THRESHOLD))
     rows = _by_row(facts.records)
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     cases = []
@@ -256,7 +258,7 @@ def junit_xml(facts: RunFacts) -> str:
             time=f"{sum(r.duration_ms for r in attempts) / 1000:.3f}",
         )
         scored = [r for r in attempts if r.status != "skipped"]
-        passed = [r for r in scored if r.reward is not None and r.reward >= threshold]
+        passed = [r for r in scored if passes(r.reward, threshold)]
         tally = f"{len(passed)}/{len(scored)} scored attempts passed (threshold {threshold:g})"
         detail = "\n".join(_attempt_line(r, threshold) for r in attempts)
         errored = [r for r in scored if r.status == "failed"]
@@ -396,8 +398,8 @@ def conclude(
     junit_file: Path | None,
     upload: bool,
 ) -> Outcome:
-    """Gates, --report/--junit files and --upload for a `LocalRunReport`."""
-    from osmosis.cli.local_runs import read_local_run
+    """Gates, --report/--junit files and --upload for a `RunReport`."""
+    from osmosis.cli.eval.local_runs import read_local_run
     from osmosis.cli.output import CLIError
 
     gates = check_gates(
@@ -435,7 +437,7 @@ def conclude(
                 hint=f"finish it first: {rerun}",
             )
         else:
-            from osmosis.cli.eval_upload import upload_run
+            from osmosis.cli.eval.upload import upload_run
 
             try:
                 resource["upload"] = upload_run(out, report.output_path, replace=False)

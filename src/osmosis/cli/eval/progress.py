@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from osmosis.cli.output import Mode, Output
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -34,7 +35,7 @@ class EvalProgress:
         self.scored = 0
         self.failed = 0
         self.tokens = 0
-        self.threshold = 1.0
+        self.threshold = DEFAULT_PASS_THRESHOLD
         self._started = time.monotonic()
         self._session_done = 0
         self._progress: Progress | None = None
@@ -82,7 +83,7 @@ class EvalProgress:
             self.failed += 1
         if record.status != "skipped":
             self.scored += 1
-            if record.reward is not None and record.reward >= self.threshold:
+            if passes(record.reward, self.threshold):
                 self.passed += 1
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=self.done, summary=self.summary())

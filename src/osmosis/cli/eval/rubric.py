@@ -65,8 +65,7 @@ def rubric_command(
     """Score each record's candidate with an LLM judge and a rubric (no workspace needed)."""
     import asyncio
 
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.output import CLIError, output
     from osmosis.rubric.judge import ScoreRange
     from osmosis.rubric.runner import RubricSettings
 

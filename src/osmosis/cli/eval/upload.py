@@ -36,17 +36,16 @@ def upload_command(
     ),
 ) -> None:
     """Upload a finished local run to the platform as a run of its workspace."""
-    from osmosis.cli.eval_platform import _runs_root
-    from osmosis.cli.local_runs import find_local_run
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.eval.context import runs_root
+    from osmosis.cli.eval.local_runs import find_local_run
+    from osmosis.cli.output import CLIError, output
 
     out = output()
-    path = find_local_run(run, root=_runs_root(output_root))
+    path = find_local_run(run, root=runs_root(output_root))
     if path is None:
         raise CLIError(
             f"no local run {run!r}: not a run directory, and not a run name under "
-            f"{_runs_root(output_root)}",
+            f"{runs_root(output_root)}",
             code="NOT_FOUND",
             details={"run": run},
             hint="osmosis eval upload NAME (a directory of .osmosis/evals) or a path",
@@ -72,8 +71,8 @@ def upload_command(
 def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
     """Check `path`, upload what the platform does not hold yet, finalize; the resource."""
     from osmosis.cli.credentials import open_client, platform_errors
-    from osmosis.cli.eval_platform import run_url
-    from osmosis.cli.local_runs import read_local_run
+    from osmosis.cli.eval.context import run_url
+    from osmosis.cli.eval.local_runs import read_local_run
     from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import current_workspace
     from osmosis.eval.inputs.dataset_formats import sha256_file
@@ -112,7 +111,7 @@ def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
         reimport=replace,
     )
     with platform_errors(), open_client(None) as client:
-        session = client.start_run_import(git=workspace.identity, body=body)
+        session = client.imports.start(git=workspace.identity, body=body)
         pending = [f.path for f in session.files if f.state == "pending"]
         if session.status == "uploading":
             out.info(
@@ -121,12 +120,12 @@ def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
             )
             for done, relative in enumerate(pending, start=1):
                 item = by_path[relative]
-                client.upload_run_import_file(
+                client.imports.upload_file(
                     session.session_id, relative, path / relative, size=item.size
                 )
                 if done % 100 == 0:
                     out.info(f"  {done}/{len(pending)} files sent")
-            session = client.finalize_run_import(session.session_id)
+            session = client.imports.finalize(session.session_id)
         base_url = client.base_url
     assert session.eval_run_name is not None  # a finalized session names its run
     return {

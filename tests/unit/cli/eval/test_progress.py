@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from osmosis.cli.eval.progress import EvalProgress
 from osmosis.cli.output import Mode, Output
-from osmosis.cli.progress import EvalProgress
 from osmosis.eval.results.records import AttemptRecord
 
 

@@ -1,4 +1,9 @@
-"""`osmosis eval`: evaluate a rollout locally (`run`) or on the platform (`submit`, ...)."""
+"""`osmosis eval run CONFIG`: an evaluation on this machine, with live progress and a results table.
+
+    osmosis eval run configs/eval/smoke.toml -y --min-pass-rate 0.8 --junit junit.xml
+
+Typer only at module level; the engine, pyarrow and the providers load inside the command.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
+
 if TYPE_CHECKING:
+    from osmosis.cli.eval.progress import EvalProgress
     from osmosis.cli.output import Output
-    from osmosis.cli.progress import EvalProgress
-    from osmosis.eval.host.plan import LocalRunPlan
-    from osmosis.eval.host.run import LocalRunReport
-
-app = typer.Typer(help="Evaluate rollouts.", no_args_is_help=True)
+    from osmosis.eval.host.plan import RunPlan
+    from osmosis.eval.host.run import RunReport
+    from osmosis.eval.sites.spec import SandboxSiteSpec
 
 
-@app.command("run")
 def run_command(
     config: Path = typer.Argument(..., help="Eval config under configs/eval/ (TOML)."),
     name: str | None = typer.Option(None, "--name", help="Run name; re-using a name resumes it."),
@@ -94,18 +99,17 @@ def run_command(
     ),
 ) -> None:
     """Run an evaluation on this machine and write results under .osmosis/evals/<name>/."""
-    from osmosis.cli import eval_report
-    from osmosis.cli.main import output
-    from osmosis.cli.output import CLIError
+    from osmosis.cli.eval.report import check_gate_options, conclude, rerun_command
+    from osmosis.cli.output import CLIError, output
     from osmosis.eval.errors import HostError
     from osmosis.eval.host import event_loop
     from osmosis.eval.host.plan import (
         DatasetNotFound,
-        LocalRunOptions,
         PlanError,
-        plan_local_run,
+        RunOptions,
+        plan_run,
     )
-    from osmosis.eval.host.run import run_local
+    from osmosis.eval.host.run import run_evaluation
 
     out = output()
     if max_in_flight is not None and max_in_flight < 1:
@@ -114,10 +118,10 @@ def run_command(
         )
     _check_positive(replicas=replicas, outage_wait=outage_wait, stall_after=stall_after)
     _check_executor(executor, ray_address=ray_address, sandbox=sandbox)
-    gate_problems = eval_report.check_gate_options(min_pass_rate, min_mean_reward)
+    gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
     if gate_problems:
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
-    options = LocalRunOptions(
+    options = RunOptions(
         name=name,
         output=output_root,
         dataset_file=dataset_file,
@@ -136,23 +140,23 @@ def run_command(
     )
     try:
         try:
-            plan = plan_local_run(config, options)
+            plan = plan_run(config, options)
         except DatasetNotFound as missing:  # no local file: the platform's, when configured
-            from osmosis.cli.eval_dataset import with_platform_dataset
+            from osmosis.cli.eval.dataset import with_platform_dataset
 
-            plan = plan_local_run(config, with_platform_dataset(config, options, missing))
+            plan = plan_run(config, with_platform_dataset(config, options, missing))
     except PlanError as error:
         raise CLIError(str(error), details=error.details, hint=error.hint or None) from None
     _show_plan(out, plan)
     _confirm(out, plan, yes)
     reporter = _reporter(out, verbose)
-    rerun = eval_report.rerun_command(config, plan.name, output_root, dataset_file)
+    rerun = rerun_command(config, plan.name, output_root, dataset_file)
     try:
-        report = event_loop.run(run_local(plan, reporter, **_sandboxed(sandbox)))
+        report = event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox)))
     except HostError as error:  # the user's to fix: the same words the platform shows
         raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
     except KeyboardInterrupt:
-        # What finished is recorded (run_local wrote the outputs on the way out).
+        # What finished is recorded (run_evaluation wrote the outputs on the way out).
         raise CLIError(
             f"interrupted: the attempts that finished are recorded in {plan.run_dir}",
             code="INTERRUPTED",
@@ -162,8 +166,8 @@ def run_command(
         ) from None
     finally:
         reporter.close()
-    # Gates, --report/--junit and --upload: what a CI job acts on (osmosis.cli.eval_report).
-    outcome = eval_report.conclude(
+    # Gates, --report/--junit and --upload: what a CI job acts on (osmosis.cli.eval.report).
+    outcome = conclude(
         out,
         report,
         rerun=rerun,
@@ -177,20 +181,18 @@ def run_command(
     outcome.finish(out)
 
 
-def _sandboxed(sandbox: bool) -> dict[str, Any]:
-    """`run_local`'s sandbox arguments for `--sandbox`: the default policy and a rollout
-    environment that inherits nothing but PATH-like basics and the locale."""
+def _sandboxed(sandbox: bool) -> SandboxSiteSpec | None:
+    """`run_evaluation`'s site for `--sandbox`: the default policy and a rollout environment that
+    inherits nothing but PATH-like basics and the locale. None: the plan's own site."""
     if not sandbox:
-        return {}
+        return None
     import os
 
-    from osmosis.eval.sites.sandbox import SandboxPolicy, clean_base_env
+    from osmosis.eval.sites.sandbox import clean_base_env
     from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+    from osmosis.eval.sites.spec import SandboxSiteSpec
 
-    return {
-        "sandbox": SandboxPolicy(),
-        "base_env": clean_base_env(os.environ, home=SANDBOX_HOME),
-    }
+    return SandboxSiteSpec(base_env=clean_base_env(os.environ, home=SANDBOX_HOME))
 
 
 def _check_executor(executor: str, *, ray_address: str | None, sandbox: bool) -> None:
@@ -220,7 +222,7 @@ def _check_positive(**values: float | None) -> None:
 
 
 # -- presentation ---------------------------------------------------------------------------
-def _show_plan(out: Output, plan: LocalRunPlan) -> None:
+def _show_plan(out: Output, plan: RunPlan) -> None:
     if out.mode.value != "rich":
         return
     experiment = plan.config.experiment
@@ -242,7 +244,7 @@ def _show_plan(out: Output, plan: LocalRunPlan) -> None:
     )
 
 
-def _confirm(out: Output, plan: LocalRunPlan, yes: bool) -> None:
+def _confirm(out: Output, plan: RunPlan, yes: bool) -> None:
     from osmosis.cli.output import CLIError
 
     if yes:
@@ -262,8 +264,8 @@ def _confirm(out: Output, plan: LocalRunPlan, yes: bool) -> None:
 
 def _show_report(
     out: Output,
-    plan: LocalRunPlan,
-    report: LocalRunReport,
+    plan: RunPlan,
+    report: RunReport,
     *,
     extra: dict[str, Any] | None = None,
     next_steps: list[str] | None = None,
@@ -313,7 +315,7 @@ def _show_report(
         out.info(f"Next: {step}")
 
 
-def results_table(report: LocalRunReport) -> dict[str, Any]:
+def results_table(report: RunReport) -> dict[str, Any]:
     """The rows of the results table (also what `--plain` prints)."""
     m = report.metrics
     scored = m.get("completed_samples", 0)
@@ -326,7 +328,8 @@ def results_table(report: LocalRunReport) -> dict[str, Any]:
         ),
         "Pass Rate": (
             f"{m.get('pass_rate', 0.0):.1%} ({m.get('passed', 0)}/{scored} scored, "
-            f"threshold {m.get('pass_threshold', 1.0):g})" + _interval(m, "pass_rate")
+            f"threshold {m.get('pass_threshold', DEFAULT_PASS_THRESHOLD):g})"
+            + _interval(m, "pass_rate")
         ),
     }
     stats = m.get("reward_stats")
@@ -358,7 +361,7 @@ def _interval(metrics: dict[str, Any], key: str) -> str:
     return f"  [{level:.0%} CI {interval['low']:.3f} to {interval['high']:.3f}{method}]"
 
 
-def _headline(report: LocalRunReport) -> str:
+def _headline(report: RunReport) -> str:
     if report.nothing_to_do:
         return f"Run '{report.run_name}' was already complete; nothing ran."
     if report.status == "finished":
@@ -371,39 +374,6 @@ def _headline(report: LocalRunReport) -> str:
 
 
 def _reporter(out: Output, verbose: bool) -> EvalProgress:
-    from osmosis.cli.progress import EvalProgress
+    from osmosis.cli.eval.progress import EvalProgress
 
     return EvalProgress(out, verbose=verbose)
-
-
-def _register_rubric() -> None:
-    # `eval rubric` has its own module, which imports only typer at module level.
-    from osmosis.cli import eval_rubric
-
-    app.command("rubric")(eval_rubric.rubric_command)
-
-
-_register_rubric()
-
-
-def _register_platform() -> None:
-    # submit/list/info/logs/stop/retry/download: evaluation runs on the platform.
-    from osmosis.cli import eval_platform
-
-    eval_platform.register(app)
-
-
-_register_platform()
-
-
-def _register_results() -> None:
-    # compare and upload: reading runs (local, platform or both) rather than running them.
-    from osmosis.cli import eval_compare, eval_upload
-
-    app.command("compare")(eval_compare.compare_command)
-    app.command("upload")(eval_upload.upload_command)
-
-
-_register_results()
-
-__all__ = ["app", "results_table"]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from osmosis.cli.eval_report import GATE_EXIT_CODE, check_gates
+from osmosis.cli.eval.report import GATE_EXIT_CODE, check_gates
 
 POLL_S: Final = 2.0
 HEARTBEAT_S: Final = 30.0
@@ -43,7 +43,7 @@ def follow(
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.output import CLIError
     from osmosis.client import PlatformAPIError
-    from osmosis.wire.runs import TERMINAL_STATUSES
+    from osmosis.vocabulary import TERMINAL_RUN_STATUSES
 
     out.info(f"Following {name} until it ends (Ctrl-C stops following, not the run)")
     last_line, last_state = 0.0, None
@@ -52,7 +52,7 @@ def follow(
         with platform_errors(), open_client(None) as client:
             while True:
                 try:
-                    detail = client.get_eval_run(name)
+                    detail = client.runs.get(name)
                 except PlatformAPIError as error:
                     transient = error.code == "NETWORK" or error.status_code in _TRANSIENT_STATUS
                     now = time.monotonic()
@@ -83,7 +83,7 @@ def follow(
                         f"samples · pass {shown}"
                     )
                     last_line, last_state = now, state
-                if run.status in TERMINAL_STATUSES:
+                if run.status in TERMINAL_RUN_STATUSES:
                     break
                 time.sleep(poll_s)
     except KeyboardInterrupt:

@@ -1,7 +1,7 @@
 """The transfer engine of `osmosis eval download`: a server manifest to verified local files.
 
     plan = plan_transfer(manifest.files, run_dir, selected_types=("metrics",), overwrite=False)
-    result = transfer(plan, lambda path, dest: client.download_eval_run_file(run, path, dest))
+    result = transfer(plan, lambda path, dest: client.runs.download_file(run, path, dest))
 
 Rules (reference §7.8):
 

@@ -1,0 +1,370 @@
+"""`osmosis eval info NAME`: one run, from the platform or from its local directory.
+
+    osmosis eval info smoke-brave-otter-1a2b        # the platform's run; saves metrics.json
+    osmosis eval info .osmosis/evals/try1           # a local run directory
+
+Only typer and this package's light helpers load at module level; the rest inside the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from osmosis.cli.eval.context import aware, run_url, runs_root, when
+from osmosis.cli.eval.runs import log_row
+
+if TYPE_CHECKING:
+    from osmosis.cli.eval.local_runs import LocalRun
+    from osmosis.client import PlatformClient
+    from osmosis.wire.runs import EvalRunDetail
+
+SCOPE_LABELS = {"user": "Personal", "workspace": "Workspace", "run": "Run"}
+
+
+def _duration(run: Any) -> str | None:
+    """The run's duration; while it runs, the time since it started."""
+    from datetime import UTC, datetime
+
+    ms = run.duration_ms
+    if ms is None and run.started_at is not None:
+        end = aware(run.completed_at) if run.completed_at else datetime.now(UTC)
+        ms = (end - aware(run.started_at)).total_seconds() * 1000
+    if ms is None:
+        return None
+    seconds = round(ms / 1000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {seconds}s"
+    return f"{minutes}m {seconds}s" if minutes else f"{ms / 1000:.1f}s"
+
+
+def _config_line(config: Mapping[str, Any]) -> str:
+    """`limit=…, n=…, …` in the reference's order, then the other keys."""
+    from osmosis.eval.inputs.config_checks import EVALUATION_KEYS
+
+    keys = [k for k in EVALUATION_KEYS if k in config]
+    keys += sorted(k for k in config if k not in EVALUATION_KEYS and k != "model_path")
+    return ", ".join(f"{k}={config[k]}" for k in keys if config[k] is not None) or "-"
+
+
+def _results(detail: EvalRunDetail) -> dict[str, Any]:
+    """The results the Results section shows (and JSON `results`)."""
+    summary = detail.summary
+    metrics = (detail.metrics or {}).get("summary") or {}
+    return {
+        "graded": summary.graded,
+        "passed": summary.passed,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+        "pass_rate": summary.pass_rate,
+        "avg_reward": summary.avg_reward,
+        "pass_threshold": summary.pass_threshold,
+        "reward_stats": metrics.get("reward_stats"),
+        "pass_at_k": metrics.get("pass_at_k"),
+        "pass_hat_k": metrics.get("pass_hat_k"),
+        "confidence_intervals": metrics.get("confidence_intervals"),
+        "tokens_used": summary.total_tokens,
+        "cost_usd": detail.cost_usd,
+        "errors_by_type": detail.errors_by_type,
+    }
+
+
+def _dataset_stats(detail: EvalRunDetail) -> dict[str, Any]:
+    """The dataset as the run used it: its rows, the rows selected, attempts per row."""
+    n = detail.config.get("n") or 1
+    total = detail.summary.progress.total
+    return {
+        "name": detail.dataset.name,
+        "version": detail.dataset.version,
+        "format": detail.dataset.format,
+        "sha256": detail.dataset.sha256,
+        "rows": detail.summary.dataset_rows or detail.dataset.rows,
+        "selected_rows": total // n if total else None,
+        "runs_per_row": n,
+    }
+
+
+def _dataset_line(detail: EvalRunDetail) -> str:
+    """`qa (version 2, jsonl, 10 of 120 rows)`; rows selected once the worker planned it."""
+    stats = _dataset_stats(detail)
+    parts = [f"version {stats['version']}", stats["format"]]
+    if stats["rows"] is not None:
+        selected = stats["selected_rows"]
+        parts.append(
+            f"{selected:,} of {stats['rows']:,} rows" if selected else f"{stats['rows']:,} rows"
+        )
+    return f"{stats['name']} ({', '.join(p for p in parts if p)})"
+
+
+def _results_rows(results: Mapping[str, Any]) -> dict[str, Any]:
+    rows: dict[str, Any] = {
+        "Samples": f"{results['graded']} graded, {results['passed']} passed, "
+        f"{results['failed']} failed, {results['skipped']} skipped",
+        "Pass Threshold": f"{results['pass_threshold']:g}",
+    }
+    stats = results.get("reward_stats")
+    if stats:
+        rows["Reward Stats"] = ", ".join(
+            f"{key} {stats[key]:.4f}" for key in ("mean", "std", "min", "median", "max")
+        )
+    if results.get("pass_at_k"):
+        rows["Pass@k"] = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in results["pass_at_k"])
+    if results.get("pass_hat_k"):
+        # pass^k: every one of k attempts passes (consistency), next to pass@k (any of k).
+        rows["Pass^k"] = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in results["pass_hat_k"])
+    intervals = results.get("confidence_intervals") or {}
+    shown = []
+    for key, label, fmt in (
+        ("pass_rate", "pass rate", ".1%"),
+        ("mean_reward", "mean reward", ".4f"),
+    ):
+        ci = intervals.get(key)
+        if ci:
+            shown.append(
+                f"{label} {ci['low']:{fmt}} to {ci['high']:{fmt}} ({ci.get('level', 0.95):.0%})"
+            )
+    if shown:
+        rows["Confidence"] = "; ".join(shown)
+    rows["Tokens"] = f"{results['tokens_used']:,}"
+    if results.get("cost_usd") is not None:
+        rows["Cost"] = f"${results['cost_usd']:.4f}"
+    if results.get("errors_by_type"):
+        rows["Errors"] = ", ".join(f"{k}: {v}" for k, v in results["errors_by_type"].items())
+    return rows
+
+
+def _save_metrics(
+    client: PlatformClient, detail: EvalRunDetail, root: Path
+) -> tuple[str | None, str | None]:
+    """Fetch metrics.json into the run's download directory: (path, warning)."""
+    from osmosis.cli.eval.download import fetcher
+    from osmosis.cli.eval.transfer import plan_transfer, run_dir_name, transfer
+    from osmosis.client import PlatformAPIError
+
+    run = detail.eval_run
+    if run.status == "pending":
+        return None, "metrics are not available while the run is pending"
+    run_dir = root / run_dir_name(run.name, run.id)
+    if (run_dir / "manifest.json").is_file():
+        # A local run of the same name (uploaded as this run): its own metrics stay.
+        return None, f"{run_dir} is a local run directory; its metrics.json is left as it is"
+    try:
+        manifest = client.runs.files(run.id, types=["metrics"])
+    except PlatformAPIError as error:
+        return None, f"could not list the run's files: {error.message}"
+    plan = plan_transfer(manifest.files, run_dir, selected_types=("metrics",))
+    if not plan.files:
+        return None, "the run has no metrics.json yet"
+    result = transfer(plan, fetcher(client, run.id))
+    if result.failed:
+        return None, f"could not save metrics.json: {result.failed[0]['error']}"
+    return str(run_dir / "metrics.json"), None
+
+
+def info_command(
+    name: str = typer.Argument(..., help="Run name or id."),
+    output_root: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Save metrics.json under ROOT/<run>/ (default .osmosis/evals/<run>/).",
+    ),
+) -> None:
+    """Show a run: status, progress, configuration, results and its latest log lines.
+
+    NAME is looked up as a run directory (a path holding manifest.json) first, then on the
+    platform (name or id), then, when the platform does not know it or cannot be reached, as
+    a local run name under the runs root."""
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.eval.local_runs import find_local_run, read_local_run
+    from osmosis.cli.output import CLIError, output
+    from osmosis.vocabulary import TERMINAL_RUN_STATUSES
+
+    out = output()
+    save = out.mode.value == "rich" or output_root is not None
+    if Path(name).expanduser().joinpath("manifest.json").is_file():
+        _show_local_info(out, read_local_run(Path(name).expanduser().resolve()))
+        return
+    try:
+        with platform_errors(), open_client(None) as client:
+            detail = client.runs.get(name)
+            output_path, save_warning = (
+                _save_metrics(client, detail, runs_root(output_root)) if save else (None, None)
+            )
+            url = run_url(client.base_url, detail.eval_run.name)
+    except CLIError as error:
+        local = find_local_run(name, root=runs_root(output_root))
+        if local is None or error.code not in ("NOT_FOUND", "NETWORK", "AUTH_REQUIRED"):
+            raise
+        _show_local_info(out, read_local_run(local))
+        return
+    run, summary = detail.eval_run, detail.summary
+    results = _results(detail)
+    metrics_error = (
+        None
+        if detail.metrics_available
+        else (
+            "metrics are not available while the run is pending"
+            if run.status == "pending"
+            else "no metrics yet"
+        )
+    )
+    if out.mode.value == "json":
+        data = detail.model_dump(mode="json")
+        data.update(
+            results=results,
+            model=run.model,
+            rollout=run.rollout,
+            dataset_df_stats=_dataset_stats(detail),
+            metrics_error=metrics_error,
+            output_path=output_path,
+            save_warning=save_warning,
+            url=url,
+        )
+        out.detail(data)
+        return
+    progress = summary.progress
+    main = {
+        "Name": run.name,
+        "Status": run.status,
+        "Progress": "Waiting to start..."
+        if run.status == "pending"
+        else f"{progress.completed} / {progress.total} {progress.unit}"
+        + (f" ({progress.completed / progress.total:.0%})" if progress.total else ""),
+        "Duration": _duration(run),
+        "Pass Rate": None if summary.pass_rate is None else f"{summary.pass_rate:.1%}",
+        "Tokens Used": f"{summary.total_tokens:,}",
+        "Submitted": when(run.created_at),
+        "Submitted By": run.creator_name or run.creator_email,
+        "Started": when(run.started_at),
+        "Completed": when(run.completed_at),
+        "Dataset": _dataset_line(detail),
+        "Model": run.model,
+        "Rollout": run.rollout,
+    }
+    if run.error:
+        main["Error"] = run.error
+    if run.waiting_reason:
+        main["Waiting"] = run.waiting_reason
+    out.detail(main, title=f"Evaluation run {run.name}")
+    scopes = detail.resolved_secret_scopes
+    out.detail(
+        {
+            "Entrypoint": detail.entrypoint,
+            "Config": _config_line(detail.config),
+            "Branch": detail.branch,
+            "Commit": detail.commit_sha[:7],
+            "Secrets": ", ".join(
+                f"{k} ({SCOPE_LABELS.get(v, v).lower()})" for k, v in scopes.items()
+            )
+            or "-",
+            "Environment Variables": ", ".join(f"{k}={v}" for k, v in detail.env_config.items())
+            or "-",
+            # How many rollout servers served it (metrics.json, once the engine wrote it).
+            "Replicas": ((detail.metrics or {}).get("eval_run") or {}).get("replicas"),
+        },
+        title="Configuration",
+    )
+    if run.status != "pending":
+        out.detail(_results_rows(results), title="Results")
+    if detail.recent_logs and out.mode.value == "rich":
+        out.listing(
+            [log_row(entry) for entry in detail.recent_logs],
+            columns=["time", "level", "step", "message"],
+            title="Recent logs",
+        )
+    out.info(f"View: {url}")
+    if run.status == "failed":
+        out.info(f"See why: osmosis eval logs {run.name}")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        out.info(f"Stop it: osmosis eval stop {run.name}")
+    if output_path:
+        out.info(f"Saved metrics to {output_path}")
+    if save_warning:
+        out.warn(save_warning)
+
+
+# -- a local run ------------------------------------------------------------------------------
+def _show_local_info(out: Any, run: LocalRun) -> None:
+    """`eval info` for a local run: the platform view's sections, from the run directory."""
+    metrics = run.metrics or {}
+    info = metrics.get("eval_run") or {}
+    summary = metrics.get("summary") or {}
+    records = run.records()
+    progress: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        progress = json.loads((run.path / "progress.json").read_text(encoding="utf-8"))
+    total = progress.get("total_runs")
+    # No metrics.json yet, or older than the journal: the run is still going (or was killed).
+    status = str(info.get("status") or "running")
+    if status == "finished" and len(records) != total:
+        status = "running"
+    inputs, provenance = run.inputs, run.manifest.get("provenance") or {}
+    rollout = inputs.get("rollout") or {}
+    results = {
+        "graded": summary.get("graded", 0),
+        "passed": summary.get("passed", 0),
+        "failed": summary.get("failed", 0),
+        "skipped": summary.get("skipped", 0),
+        "pass_rate": summary.get("pass_rate"),
+        "pass_threshold": summary.get("pass_threshold", run.pass_threshold),
+        "reward_stats": summary.get("reward_stats"),
+        "pass_at_k": summary.get("pass_at_k"),
+        "pass_hat_k": summary.get("pass_hat_k"),
+        "confidence_intervals": summary.get("confidence_intervals"),
+        "tokens_used": summary.get("tokens_used", 0),
+        "cost_usd": summary.get("cost_usd"),
+        "errors_by_type": summary.get("errors_by_type") or {},
+    }
+    if out.mode.value == "json":
+        out.detail(
+            {
+                "source": "local",
+                "output_path": str(run.path),
+                "eval_run": {**info, "status": status, "name": run.name},
+                "progress": {"completed": len(records), "total": total},
+                "metrics": metrics or None,
+                "metrics_available": bool(metrics),
+                "results": results,
+                "manifest": run.manifest,
+            }
+        )
+        return
+    duration = info.get("duration_ms")
+    out.detail(
+        {
+            "Name": run.name,
+            "Status": f"{status} (local run)",
+            "Progress": f"{len(records)} / {total} samples" if total else f"{len(records)}",
+            "Duration": f"{duration / 1000:.1f}s" if isinstance(duration, int | float) else None,
+            "Pass Rate": None if results["pass_rate"] is None else f"{results['pass_rate']:.1%}",
+            "Tokens Used": f"{results['tokens_used']:,}",
+            "Started": info.get("started_at") or run.manifest.get("created_at"),
+            "Completed": info.get("completed_at"),
+            "Dataset": f"{info.get('dataset_name') or '-'} ({provenance.get('dataset_path')})",
+            "Model": inputs.get("model_path"),
+            "Rollout": rollout.get("name"),
+        },
+        title=f"Local evaluation run {run.name}",
+    )
+    out.detail(
+        {
+            "Entrypoint": rollout.get("entrypoint"),
+            "Config": f"n={inputs.get('n')}, pass_threshold={inputs.get('pass_threshold')}",
+            "Config file": provenance.get("config_path"),
+            "Secrets": ", ".join(inputs.get("secrets") or []) or "-",
+        },
+        title="Configuration",
+    )
+    if metrics:
+        out.detail(_results_rows(results), title="Results")
+    else:
+        out.info("No metrics.json yet: the run has not finished or halted once.")
+    out.info(f"Output: {run.path}")
