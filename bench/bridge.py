@@ -67,6 +67,11 @@ async def _serve_bridge(fake_url: str, kind: str) -> None:
     )
     bridge = ModelBridge(target=target)
     await bridge.start()
+    # The bridge serves only rollouts it was told of (the engine opens each one it dispatches):
+    # open the load generator's ids, one per call in flight.
+    for index in range(4096):
+        bridge.open_rollout(f"r{index}")
+    bridge.open_rollout("warmup")
     if kind == "litellm":  # import LiteLLM and warm its client before the clock starts
         async with httpx.AsyncClient() as client:
             await client.post(

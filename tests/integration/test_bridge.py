@@ -64,7 +64,7 @@ async def bridged(
 
 def llm(bridge: ModelBridge, rollout_id: str = "r1") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url=bridge.rollout_url(rollout_id), api_key=bridge.token, max_retries=0
+        base_url=bridge.open_rollout(rollout_id), api_key=bridge.token, max_retries=0
     )
 
 
@@ -81,7 +81,7 @@ async def post(
     headers = {"authorization": authorization} if authorization is not None else {}
     async with httpx.AsyncClient(timeout=10, **PLAIN) as client:
         return await client.post(
-            bridge.rollout_url(rollout_id) + "/chat/completions", json=body, headers=headers
+            bridge.open_rollout(rollout_id) + "/chat/completions", json=body, headers=headers
         )
 
 
@@ -171,7 +171,7 @@ async def test_rollouts_are_given_the_advertised_url_while_the_bridge_listens_lo
         port = int(bridge.bound_url.rsplit(":", 1)[1])
         assert bridge.bound_url.startswith("http://127.0.0.1:")
         assert bridge.base_url == expected.format(port=port)
-        assert bridge.rollout_url("r9") == expected.format(port=port) + "/rollouts/r9"
+        assert bridge.open_rollout("r9") == expected.format(port=port) + "/rollouts/r9"
         # The same token and route, reached where it really listens.
         async with httpx.AsyncClient(timeout=10, **PLAIN) as client:
             response = await client.post(
@@ -304,7 +304,7 @@ async def test_malformed_requests_are_400(body: str) -> None:
         httpx.AsyncClient(**PLAIN) as client,
     ):
         response = await client.post(
-            bridge.rollout_url("r1") + "/chat/completions",
+            bridge.open_rollout("r1") + "/chat/completions",
             content=body,
             headers={"authorization": f"Bearer {bridge.token}"},
         )
@@ -400,7 +400,7 @@ async def test_a_slow_provider_gets_keep_alive_comments_then_the_answer() -> Non
         bridged(fake, heartbeat=0.05) as bridge,
         httpx.AsyncClient(**PLAIN) as http,
     ):
-        url = bridge.rollout_url("r1") + "/chat/completions"
+        url = bridge.open_rollout("r1") + "/chat/completions"
         body = {"messages": QUESTION, "stream": True}
         headers = {"authorization": f"Bearer {bridge.token}"}
         async with http.stream("POST", url, json=body, headers=headers) as response:

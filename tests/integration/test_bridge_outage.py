@@ -43,7 +43,7 @@ async def chat(
 ) -> httpx.Response:
     messages = [{"role": "user", "content": text}] if text else QUESTION
     return await client.post(
-        bridge.rollout_url(rollout_id) + "/chat/completions",
+        bridge.open_rollout(rollout_id) + "/chat/completions",
         json={"messages": messages},
         headers={"authorization": f"Bearer {bridge.token}"},
     )
@@ -262,7 +262,7 @@ async def test_forget_releases_a_stuck_streaming_call_with_an_error_event() -> N
         httpx.AsyncClient(timeout=10, **PLAIN) as client,
     ):
         body = {"messages": [{"role": "user", "content": "hang"}], "stream": True}
-        url = bridge.rollout_url("r1") + "/chat/completions"
+        url = bridge.open_rollout("r1") + "/chat/completions"
         headers = {"authorization": f"Bearer {bridge.token}"}
         async with client.stream("POST", url, json=body, headers=headers) as response:
             chunks = response.aiter_bytes()

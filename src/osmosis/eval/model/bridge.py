@@ -10,8 +10,9 @@ transport overrides (`osmosis.eval.model.bridge_rules`), counts tokens and cost 
 every call for the trajectory, and retries provider faults (`osmosis.eval.model.retry`).
 
     async with ModelBridge(target=resolve_model("openai/gpt-4o-mini", env)) as bridge:
-        url = bridge.rollout_url(rollout_id)        # give to the rollout with bridge.token
+        url = bridge.open_rollout(rollout_id)       # give to the rollout with bridge.token
         ...
+        bridge.close_rollout(rollout_id)             # its attempt is over: no more calls
         calls = bridge.take_calls(rollout_id)        # for the trajectory
         usage = bridge.usage(rollout_id)             # tokens and USD for the attempt record
         if bridge.outage.is_set():                   # pause dispatch, requeue the stuck
@@ -22,6 +23,17 @@ Route: `POST /v1/rollouts/{rollout_id}/chat/completions` (clients append `/chat/
 to the rollout URL). `stream=true` is emulated: the provider is called without streaming and
 the finished completion is replayed as SSE (`osmosis.eval.model.bridge_wire`), with keep-alive
 comments while a slow provider works.
+
+Only what the engine dispatched is served: a rollout id is served from `open_rollout` until
+`close_rollout` (or `forget`). A call under any other id, invented or finished, is answered 403
+(`rollout_not_dispatched`) from its head alone: its body is read and dropped as it arrives,
+nothing of it is kept, no provider is called, and `bridge.stats().refused_calls` counts it. So
+every call that reaches the provider belongs to an attempt in flight and lands in that
+attempt's tokens and cost; one its attempt no longer waits for (answered after
+`close_rollout`) is counted in `stats()` as a late call instead of vanishing. Limits:
+`max_request_bytes` per request body (413 naming the limit) and `max_tokens` for what a call
+may ask (`max_tokens` / `max_completion_tokens` above it: 400 naming the cap; a call that asks
+nothing gets the provider's default).
 
 Provider outages (`osmosis.eval.model.bridge_outage`): `bridge.outage` is set, with
 `bridge.outage_reason`, when a retryable fault (429, 5xx, no connection, timeout) outlasts the
@@ -63,7 +75,7 @@ from urllib.parse import urlsplit
 import pydantic_core
 
 from osmosis.eval.model.bridge_calls import CallLog, CallRecord, Usage
-from osmosis.eval.model.bridge_http import AsgiServer
+from osmosis.eval.model.bridge_http import AsgiServer, Refusal
 from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
 from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
 from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
@@ -78,7 +90,21 @@ from osmosis.eval.model.providers import (
 from osmosis.eval.model.retry import RetriesExhausted, RetryPolicy, call_with_retries
 from osmosis.loopback import is_loopback_url
 
-__all__ = ["CallRecord", "ModelBridge", "OutagePolicy", "Usage"]
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_MAX_TOKENS",
+    "BridgeStats",
+    "CallRecord",
+    "ModelBridge",
+    "OutagePolicy",
+    "Usage",
+]
+
+DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+"""The largest request body a call may send (long contexts with images fit)."""
+DEFAULT_MAX_TOKENS = 131_072
+"""The most tokens a call may ask for (`max_tokens`, `max_completion_tokens`): above every
+current model's output limit, so only an operator's lower cap refuses honest calls."""
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +115,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 _PREFIX = "/v1/rollouts/"
 _SUFFIX = "/chat/completions"
-_MAX_BODY = 64 * 1024 * 1024
+_NOT_DISPATCHED = "rollout_not_dispatched"
 _REDACTED = "[REDACTED]"
 _GRACEFUL_STOP = 3
 _UNAVAILABLE = "provider_unavailable"
@@ -101,6 +127,24 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+
+
+@dataclass(frozen=True)
+class BridgeStats:
+    """What the bridge turned away or could not give to an attempt, since it started.
+
+    stats = bridge.stats()
+    stats.refused_calls  # calls under a rollout id not dispatched, or finished: 403
+    """
+
+    refused_calls: int = 0
+    """Calls refused (403) because their rollout id was not dispatched or had finished."""
+    late_calls: int = 0
+    """Calls the provider answered after their attempt was closed (not in any record)."""
+    late_tokens: int = 0
+    """The provider's tokens for those late calls."""
+    late_cost_usd: float | None = None
+    """Their cost; None when none had a known price."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +177,10 @@ class ModelBridge:
         advertise_url: the root URL rollouts use to reach the bridge when that is not the
             address it listens on (another machine, a proxy): `http://10.0.0.5:8321`. A
             trailing `/v1` is accepted; without a port, the bound port is used.
+        max_tokens: the most tokens one call may ask for (`max_tokens` or
+            `max_completion_tokens`); above it the call is refused 400 naming the cap. None:
+            no cap.
+        max_request_bytes: the largest request body; a larger one is refused 413 naming it.
 
         bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
         await bridge.start()
@@ -150,8 +198,16 @@ class ModelBridge:
         heartbeat: float = 10.0,
         outage_policy: OutagePolicy = OutagePolicy(),  # noqa: B008 - frozen, like retry
         advertise_url: str | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes must be at least 1, got {max_request_bytes}")
         self.target = target
+        self.max_tokens = max_tokens
+        self.max_request_bytes = max_request_bytes
         self.token = token if token is not None else secrets.token_hex(16)
         if not self.token:
             raise ValueError("the bridge token must not be empty")
@@ -171,6 +227,8 @@ class ModelBridge:
         self._base_url: str | None = None
         self._bound_url: str | None = None
         self._pending: set[asyncio.Task[_Outcome]] = set()
+        self._open: set[str] = set()  # rollout ids dispatched and not finished: served
+        self._refused = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
@@ -201,8 +259,9 @@ class ModelBridge:
             self._asgi,
             keep_alive_sec=75.0,
             graceful_sec=_GRACEFUL_STOP,
-            max_body=_MAX_BODY,
+            max_body=self.max_request_bytes,
             error_body=_openai_error,
+            screen=self._screen,
         )
         try:
             await server.start(sock)
@@ -276,10 +335,38 @@ class ModelBridge:
         return self._bound_url
 
     def rollout_url(self, rollout_id: str) -> str:
-        """The OpenAI base URL one rollout uses: `…/v1/rollouts/{rollout_id}`."""
+        """The OpenAI base URL one rollout uses: `…/v1/rollouts/{rollout_id}` (served only
+        while the rollout is open: `open_rollout`)."""
         if not rollout_id or "/" in rollout_id:
             raise ValueError(f"invalid rollout id {rollout_id!r}")
         return f"{self.base_url}/rollouts/{rollout_id}"
+
+    # -- what is served ----------------------------------------------------------------------
+    def open_rollout(self, rollout_id: str) -> str:
+        """Serve calls under `rollout_id` from now on (the engine dispatched it); returns its
+        URL, as `rollout_url` does.
+
+            url = bridge.open_rollout(rollout_id)  # the rollout's chat_completions_url
+        """
+        url = self.rollout_url(rollout_id)
+        self._open.add(rollout_id)
+        return url
+
+    def close_rollout(self, rollout_id: str) -> None:
+        """Serve no more calls under `rollout_id` (its attempt is over): new ones get 403.
+        What is recorded stays until `take_calls` / `forget`; a call still waiting for the
+        provider is answered, and counted as late in `stats()`."""
+        self._open.discard(rollout_id)
+
+    def stats(self) -> BridgeStats:
+        """Calls refused and late calls since the bridge started (see `BridgeStats`)."""
+        late = self._log.late()
+        return BridgeStats(
+            refused_calls=self._refused,
+            late_calls=late.calls,
+            late_tokens=late.total_tokens,
+            late_cost_usd=late.cost_usd,
+        )
 
     # -- accounting --------------------------------------------------------------------------
     def take_calls(self, rollout_id: str) -> list[CallRecord]:
@@ -297,6 +384,7 @@ class ModelBridge:
         Calls still waiting for the provider on its behalf are released: they answer 503 and
         nothing more is recorded for it (how the engine frees attempts stuck in an outage).
         """
+        self._open.discard(rollout_id)
         self._watch.release(rollout_id)
         self._log.forget(rollout_id)
 
@@ -436,44 +524,66 @@ class ModelBridge:
         # The run's model, whatever the client named: the bridge pins it.
         request = {**params, "model": self.target.model, "messages": messages}
         outcome = await self._call_provider(rollout_id, request)
-        if not outcome.released:  # a forgotten rollout keeps nothing
-            self._record(rollout_id, started_at, began, messages, params, outcome)
+        if outcome.released:  # a forgotten rollout keeps nothing
+            return outcome
+        if rollout_id not in self._open:
+            # Its attempt was closed while the provider worked: no record will take this
+            # call any more, so the run's stats count what the provider spent on it.
+            if outcome.completion is not None:
+                self._log.record_late(outcome.completion.payload)
+            return outcome
+        self._record(rollout_id, started_at, began, messages, params, outcome)
         return outcome
 
     # -- HTTP ----------------------------------------------------------------------------------
-    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        path: str = scope["path"]
-        rollout_id = path[len(_PREFIX) : -len(_SUFFIX)]
-        if (
-            not path.startswith(_PREFIX)
-            or not path.endswith(_SUFFIX)
-            or not rollout_id
-            or "/" in rollout_id
-        ):
-            await _send_error(send, 404, f"no route for {path}; POST {_PREFIX}{{id}}{_SUFFIX}")
-            return
-        if scope["method"] != "POST":
-            await _send_error(send, 405, f"use POST {path}")
-            return
-        if not self._authorized(scope):
-            await _send_error(
-                send,
+    def _screen(self, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
+        """What is refused from a request's head alone, before its body is read (the server
+        drops a refused body as it arrives)."""
+        rollout_id = _rollout_id(path)
+        if rollout_id is None:
+            return _refusal(404, f"no route for {path}; POST {_PREFIX}{{id}}{_SUFFIX}")
+        if method != "POST":
+            return _refusal(405, f"use POST {path}")
+        if not self._authorized(headers):
+            return _refusal(
                 401,
                 "missing or invalid bearer token for the evaluation bridge",
                 code="invalid_api_key",
-                headers=[(b"www-authenticate", b"Bearer")],
+                headers=((b"www-authenticate", b"Bearer"),),
             )
+        if rollout_id not in self._open:
+            return self._not_dispatched(rollout_id)
+        if _declared_length(headers) > self.max_request_bytes:
+            return _refusal(413, _too_large(self.max_request_bytes))
+        return None
+
+    def _not_dispatched(self, rollout_id: str) -> Refusal:
+        self._refused += 1
+        return _refusal(
+            403,
+            f"rollout {rollout_id} is not one this run dispatched, or it has finished: the "
+            "bridge serves only the run's attempts in flight",
+            code=_NOT_DISPATCHED,
+        )
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The server screened the route, method, token and rollout id (`_screen`) from the
+        # head; only the rollout may have finished while its body arrived.
+        if scope["type"] != "http":
             return
-        body = await _read_body(receive)
+        rollout_id = _rollout_id(scope["path"]) or ""
+        if rollout_id not in self._open:
+            refusal = self._not_dispatched(rollout_id)
+            await _send_bytes(send, refusal.status, refusal.body, list(refusal.headers))
+            return
+        body = await _read_body(receive, self.max_request_bytes)
         if body is None:
-            await _send_error(send, 413, "the request body is too large")
+            await _send_error(send, 413, _too_large(self.max_request_bytes))
             return
         await self._chat(rollout_id, body, send)
 
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope["headers"]:
+    def _authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        for name, value in headers:
             if name == b"authorization":
                 scheme, _, credentials = value.partition(b" ")
                 return scheme.lower() == b"bearer" and hmac.compare_digest(
@@ -493,7 +603,7 @@ class ModelBridge:
             return
         messages = body.get("messages")
         try:
-            params = inference_params(body)
+            params = inference_params(body, max_tokens=self.max_tokens)
         except RequestRejected as rejected:
             outcome = _Outcome(400, error=rejected.message, code="invalid_request")
             kept = messages if isinstance(messages, list) else []
@@ -574,8 +684,41 @@ def _advertised_root(url: str) -> tuple[str, str, int | None, str]:
     return parts.scheme, parts.hostname or "", port, path
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body; None when it exceeds the limit."""
+def _rollout_id(path: str) -> str | None:
+    """The rollout id of `/v1/rollouts/{id}/chat/completions`; None for any other path."""
+    if not path.startswith(_PREFIX) or not path.endswith(_SUFFIX):
+        return None
+    rollout_id = path[len(_PREFIX) : -len(_SUFFIX)]
+    return rollout_id if rollout_id and "/" not in rollout_id else None
+
+
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The request's `content-length`, 0 when it has none (chunked: checked as it arrives)."""
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0  # the parser refuses it
+    return 0
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is too large: the limit is {limit} bytes"
+
+
+def _refusal(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> Refusal:
+    return Refusal(status, error_body(status, message, code=code), (*_JSON_HEADERS, *headers))
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body; None when it exceeds `limit`."""
     parts: list[bytes] = []
     size = 0
     while True:
@@ -584,7 +727,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(parts)
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
-        if size > _MAX_BODY:
+        if size > limit:
             return None
         parts.append(chunk)
         if not message.get("more_body", False):

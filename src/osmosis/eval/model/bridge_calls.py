@@ -6,6 +6,11 @@
 
 Tokens come from the provider's `usage`; cost is priced here, from LiteLLM's map
 (`osmosis.eval.model.pricing`), so every transport is accounted the same way.
+
+A record is bounded by what its call added, not by the whole conversation: an agent resends
+its history on every turn, so a record keeps only the messages after those of the rollout's
+previous call (all of them when the conversation does not continue the previous one). The
+rollout's trajectory holds the conversation once; the records hold each message once.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class CallRecord:
     model: str
     """The model that answered (as the provider names it), else the run's model path."""
     request_messages: list[Any]
-    """The messages the rollout sent, unchanged."""
+    """The messages this call added, unchanged: on the rollout's first call all it sent; then
+    those after the previous call's messages (all it sent when it did not continue them)."""
     response_message: dict[str, Any] | None
     """The assistant message that came back; None when the call failed."""
     status_code: int
@@ -88,6 +94,15 @@ class _Tally:
         if record.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + record.cost_usd
 
+    def usage(self) -> Usage:
+        return Usage(
+            calls=self.calls,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            total_tokens=self.total_tokens,
+            cost_usd=self.cost_usd,
+        )
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
@@ -105,6 +120,8 @@ class CallLog:
         """USD per token of the run's model; None: calls are recorded without a cost."""
         self._calls: dict[str, list[CallRecord]] = {}
         self._usage: dict[str, _Tally] = {}
+        self._sent: dict[str, list[Any]] = {}  # each rollout's last messages, as sent
+        self._late = _Tally()
 
     def record(
         self,
@@ -121,7 +138,7 @@ class CallLog:
     ) -> CallRecord:
         """Keep one call: `completion` is the provider's `chat.completion` on success."""
         message: dict[str, Any] | None = None
-        prompt_tokens = completion_tokens = cached_tokens = provider_total = 0
+        prompt_tokens = completion_tokens = provider_total = 0
         cost: float | None = None
         model = self.model_path
         if completion is not None:
@@ -131,20 +148,11 @@ class CallLog:
                 message = first["message"]
             if isinstance(completion.get("model"), str) and completion["model"]:
                 model = completion["model"]
-            usage = completion.get("usage")
-            if isinstance(usage, dict):
-                prompt_tokens = _int(usage.get("prompt_tokens"))
-                completion_tokens = _int(usage.get("completion_tokens"))
-                provider_total = _int(usage.get("total_tokens"))
-                details = usage.get("prompt_tokens_details")
-                if isinstance(details, dict):
-                    cached_tokens = _int(details.get("cached_tokens"))
-                if self.price is not None:
-                    cost = self.price.cost(
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                        cached_tokens=cached_tokens,
-                    )
+            prompt_tokens, completion_tokens, provider_total, cost = self._spent(completion)
+        previous = self._sent.get(rollout_id)
+        self._sent[rollout_id] = messages
+        if previous is not None and messages[: len(previous)] == previous:
+            messages = messages[len(previous) :]  # the history is in earlier records
         record = CallRecord(
             rollout_id=rollout_id,
             started_at=started_at,
@@ -168,6 +176,41 @@ class CallLog:
         tally.add(record, provider_total or record.total_tokens)
         return record
 
+    def record_late(self, completion: Mapping[str, Any]) -> None:
+        """Count a call answered after its rollout was closed: no record takes it, but the
+        provider spent it (`late()`)."""
+        prompt_tokens, completion_tokens, provider_total, cost = self._spent(completion)
+        self._late.calls += 1
+        self._late.prompt_tokens += prompt_tokens
+        self._late.completion_tokens += completion_tokens
+        self._late.total_tokens += provider_total or prompt_tokens + completion_tokens
+        if cost is not None:
+            self._late.cost_usd = (self._late.cost_usd or 0.0) + cost
+
+    def late(self) -> Usage:
+        """What the calls counted by `record_late` consumed, together."""
+        return self._late.usage()
+
+    def _spent(self, completion: Mapping[str, Any]) -> tuple[int, int, int, float | None]:
+        """(prompt, completion, provider's total, cost) of one `chat.completion`."""
+        usage = completion.get("usage")
+        if not isinstance(usage, dict):
+            return 0, 0, 0, None
+        prompt_tokens = _int(usage.get("prompt_tokens"))
+        completion_tokens = _int(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        cost = (
+            self.price.cost(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                cached_tokens=cached_tokens,
+            )
+            if self.price is not None
+            else None
+        )
+        return prompt_tokens, completion_tokens, _int(usage.get("total_tokens")), cost
+
     def take_calls(self, rollout_id: str) -> list[CallRecord]:
         """Remove and return the calls recorded for `rollout_id`, oldest first ([] if none)."""
         return self._calls.pop(rollout_id, [])
@@ -175,17 +218,10 @@ class CallLog:
     def usage(self, rollout_id: str) -> Usage:
         """Tokens and cost of every call recorded for `rollout_id` (zeros if none)."""
         tally = self._usage.get(rollout_id)
-        if tally is None:
-            return Usage()
-        return Usage(
-            calls=tally.calls,
-            prompt_tokens=tally.prompt_tokens,
-            completion_tokens=tally.completion_tokens,
-            total_tokens=tally.total_tokens,
-            cost_usd=tally.cost_usd,
-        )
+        return Usage() if tally is None else tally.usage()
 
     def forget(self, rollout_id: str) -> None:
         """Drop the calls and usage kept for `rollout_id`."""
         self._calls.pop(rollout_id, None)
         self._usage.pop(rollout_id, None)
+        self._sent.pop(rollout_id, None)

@@ -22,9 +22,16 @@ not HTTP/1.0 or 1.1 (or asks for an upgrade), and 500 when the app fails or retu
 answering (their bodies from `error_body`, e.g. the OpenAI error shape). No TLS, no
 websockets, no lifespan, no access log.
 
+`screen(method, path, headers)` sees each request once its head is in, before any of its
+body: a `Refusal` it returns is the answer (in order, the connection kept alive), the body is
+read and dropped as it arrives, and the app never runs. That is how the bridge turns away a
+request it will not serve without holding what was sent.
+
 The rollouts that call it may be hostile (they run sandboxed agent code), hence the limits:
 a connection holds at most `max_head` (plus one read) of an unfinished head, one request
-body of `max_body`, and the requests parsed from one read.
+body of `max_body` (a refused one: none; it is read and dropped up to `max_drain` bytes, so
+the client reads its answer rather than a reset, and cut off past that), and the requests
+parsed from one read.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, cast
 from urllib.parse import unquote
 
 import httptools
 
-__all__ = ["AsgiServer"]
+__all__ = ["AsgiServer", "Refusal", "Screen"]
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
 
@@ -52,6 +60,20 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 ErrorBody = Callable[[int, str], tuple[bytes, bytes]]
 """(status, message) -> (content type, body) of an answer the server gives itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A complete answer `screen` gives a request instead of the app: status, body, headers
+    (`content-length` is added)."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+Screen = Callable[[str, str, list[tuple[bytes, bytes]]], Refusal | None]
+"""(method, path, headers) -> a `Refusal`, or None to let the app answer once the body is in."""
 
 LISTEN_BACKLOG = 2048
 """uvicorn's: how many connections the kernel queues before the server accepts them."""
@@ -70,6 +92,10 @@ def _status_line(status: int) -> bytes:
 
 def _plain(status: int, text: str) -> tuple[bytes, bytes]:
     return b"text/plain; charset=utf-8", text.encode()
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is too large: the limit is {limit} bytes"
 
 
 class _Refused(Exception):
@@ -107,6 +133,7 @@ class _Request:
         "keep_alive",
         "method",
         "read",
+        "refusal",
         "url",
     )
 
@@ -119,6 +146,7 @@ class _Request:
         self.keep_alive = True
         self.expect_continue = False
         self.read = False  # the app has received the body
+        self.refusal: Refusal | None = None  # screened out: its body is dropped as it comes
 
 
 class _Connection(asyncio.Protocol):
@@ -233,6 +261,11 @@ class _Connection(asyncio.Protocol):
         request.http_version = version
         # HTTP/1.0 knows no chunks: its answers without a length end by closing.
         request.keep_alive = version == "1.1" and self.parser.should_keep_alive()
+        screen = self.server.screen
+        if screen is not None:
+            raw_path = request.url.partition(b"?")[0]
+            path = unquote(raw_path.decode("latin-1"))
+            request.refusal = screen(request.method, path, request.headers)
         if request.expect_continue and not self.queue and self.transport is not None:
             self.transport.write(_CONTINUE)  # curl waits for it before a large body
 
@@ -240,11 +273,13 @@ class _Connection(asyncio.Protocol):
         request = self.current
         assert request is not None
         self.size += len(body)
+        if request.refusal is not None and self.size <= self.server.max_drain:
+            return  # refused already: read to keep the connection in step, never kept
         if self.size > self.server.max_body:
             # Raised, not flagged: parsing must stop here, or a request pipelined after
             # this one in the same read would be answered in its place.
             request.body = []
-            raise _Refused(413, "the request body is too large")
+            raise _Refused(413, _too_large(self.server.max_body))
         request.body.append(body)
 
     def on_message_complete(self) -> None:
@@ -272,7 +307,11 @@ class _Connection(asyncio.Protocol):
     async def _answer(self, request: _Request) -> None:
         exchange = _Exchange(self, request)
         try:
-            await self.server.app(exchange.scope(), exchange.receive, exchange.send)
+            refusal = request.refusal
+            if refusal is not None:
+                await exchange.refuse(refusal)
+            else:
+                await self.server.app(exchange.scope(), exchange.receive, exchange.send)
         except Exception:
             logger.exception("model bridge: the request handler failed")
             exchange.keep_alive = False
@@ -411,6 +450,17 @@ class _Exchange:
             self.complete = True
         self.write(b"".join(parts))  # head and body in one system call
 
+    async def refuse(self, refusal: Refusal) -> None:
+        length = (b"content-length", b"%d" % len(refusal.body))
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": refusal.status,
+                "headers": [*refusal.headers, length],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": refusal.body})
+
     def _head(self, status: int, headers: Any) -> bytes:
         if status in _NO_BODY_STATUSES:
             self.bodiless = True  # the client reads no body, not even a last chunk
@@ -456,8 +506,12 @@ class AsgiServer:
         max_body: int = 64 * 1024 * 1024,
         max_head: int = 64 * 1024,
         error_body: ErrorBody = _plain,
+        screen: Screen | None = None,
+        max_drain: int = 256 * 1024 * 1024,
     ) -> None:
         self.app = app
+        self.screen = screen
+        self.max_drain = max(max_drain, max_body)
         self.keep_alive_sec = keep_alive_sec
         self.graceful_sec = graceful_sec
         self.max_body = max_body

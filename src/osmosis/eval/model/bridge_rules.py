@@ -12,6 +12,11 @@ never executed and never silently dropped.
     # {"temperature": 0}
     inference_params({"messages": msgs, "api_base": "http://evil"})
     # RequestRejected: ... cannot override the bridge's configuration: api_base
+    inference_params({"messages": msgs, "max_tokens": 10**6}, max_tokens=131072)
+    # RequestRejected: max_tokens 1000000 is above this run's cap of 131072 tokens
+
+A cap on tokens is a refusal, not a quiet clamp: a clamped call would come back cut short
+(`finish_reason="length"`) and look like the model's own doing.
 
 The names below cover every LiteLLM control parameter of LiteLLM 1.110 (`all_litellm_params`,
 `GenericLiteLLMParams`, `common_cloud_provider_auth_params`); a slow test re-derives that
@@ -244,6 +249,8 @@ _CONTROL_NAMES = frozenset(
 )
 # Inference parameters that a prefix or word above would otherwise catch.
 _INFERENCE_NAMES = frozenset({"metadata", "prompt_cache_key", "prompt_cache_retention"})
+# What a call asks for as its most output tokens, in OpenAI's old and new spelling.
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
 
 
 class RequestRejected(ValueError):
@@ -282,13 +289,14 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return base
 
 
-def inference_params(body: Mapping[str, Any]) -> dict[str, Any]:
+def inference_params(body: Mapping[str, Any], *, max_tokens: int | None = None) -> dict[str, Any]:
     """The inference parameters of a chat completion body, after checking the bridge rules.
 
     A literal `extra_body` object (sent by clients that do not merge it themselves) is merged
     in first, as the openai client would have. Raises `RequestRejected` for: no `messages`
-    list, `n` other than 1, a malformed `stream`/`stream_options`, or any control parameter
-    (all of them named, sorted).
+    list, `n` other than 1, a malformed `stream`/`stream_options`, any control parameter
+    (all of them named, sorted), or `max_tokens` / `max_completion_tokens` above
+    `max_tokens` (the cap named).
 
         inference_params({"messages": [...], "n": 2})  # RequestRejected: only n=1 …
     """
@@ -330,4 +338,17 @@ def inference_params(body: Mapping[str, Any]) -> dict[str, Any]:
             "(the run's model, endpoint and credentials are fixed): " + ", ".join(blocked),
             param=blocked[0],
         )
+    if max_tokens is not None:
+        for name in _TOKEN_LIMITS:
+            asked = params.get(name)
+            if (
+                isinstance(asked, (int, float))
+                and not isinstance(asked, bool)
+                and asked > max_tokens
+            ):
+                raise RequestRejected(
+                    f"{name} {asked} is above this run's cap of {max_tokens} tokens; "
+                    f"ask for {max_tokens} or fewer",
+                    param=name,
+                )
     return params

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from osmosis.eval.model.bridge_http import AsgiServer
+from osmosis.eval.model.bridge_http import AsgiServer, Refusal
 from tests.unit.event_loops import on_each_loop
 
 
@@ -310,9 +310,43 @@ async def test_a_body_over_max_body_is_answered_413_and_the_connection_closed(
         await peer.send(oversized)
         answer = await peer.answer()
         assert (answer.status, answer.headers["connection"]) == (413, "close")
-        assert answer.body == b"the request body is too large"
+        assert answer.body == b"the request body is too large: the limit is 10 bytes"
         assert await peer.rest() == b""
     assert len(echo.scopes) == 1
+
+
+# -- the screen ----------------------------------------------------------------------------------
+class Screened:
+    """A screen refusing paths under /no/ with 403, and keeping what it was shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> Any:
+        self.seen.append((method, path))
+        if path.startswith("/no/"):
+            return Refusal(403, b"not yours", ((b"content-type", b"text/plain"),))
+        return None
+
+
+@on_each_loop
+async def test_a_screened_request_is_answered_in_order_its_body_dropped_and_the_app_not_run() -> (
+    None
+):
+    echo, screen = Echo(), Screened()
+    async with serving(echo, screen=screen, max_body=10, max_drain=1000) as served:
+        peer = await served.connect()
+        # A body the app would see is dropped unread, in pieces, and the connection goes on.
+        await peer.send(request("POST", "/no/a", b"x" * 900) + request("POST", "/yes", b"ok"))
+        refused, served_answer = await peer.answer(), await peer.answer()
+        assert (refused.status, refused.body) == (403, b"not yours")
+        assert refused.headers["content-length"] == "9" and "connection" not in refused.headers
+        assert echoed(served_answer) == {"path": "/yes", "body": "ok"}
+        # A refused body is cut off at max_drain: nobody streams into it for ever.
+        await peer.send(request("POST", "/no/b", b"x" * 1001))
+        assert (await peer.answer()).status == 413
+    assert [scope["path"] for scope in echo.scopes] == ["/yes"]
+    assert screen.seen == [("POST", "/no/a"), ("POST", "/yes"), ("POST", "/no/b")]
 
 
 @on_each_loop
