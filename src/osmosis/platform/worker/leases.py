@@ -7,10 +7,15 @@
 
 A run is claimable when it is `pending`, or `running` with no live holder: none recorded (an
 earlier server's, or released), its lease ran out, or its holder ran on this machine and its
-process is gone. A claim sets `claimed_by`, the lease's expiry (`OSMOSIS_LEASE_S` from now)
-and `lease_epoch + 1`; the worker renews it every third of the lease. Every write that ends or
-changes a claimed run names the epoch it was claimed with (`holds`), so a worker that lost its
-lease (frozen, cut off from the database) cannot end a run another worker has taken since.
+process is gone. Orphaned running runs are claimed first, then pending ones oldest first,
+except that a user's fair share of the slots comes before age (`OSMOSIS_RUNS_PER_USER`, N):
+while a user holding fewer than N slots has a run waiting, the runs of users holding N or
+more wait for it. Alone, a user may use every slot; nothing running is stopped to make room.
+`why_pending` says which of these holds a pending run back. A claim sets `claimed_by`, the
+lease's expiry (`OSMOSIS_LEASE_S` from now) and `lease_epoch + 1`; the worker renews it every
+third of the lease. Every write that ends or changes a claimed run names the epoch it was
+claimed with (`holds`), so a worker that lost its lease (frozen, cut off from the database)
+cannot end a run another worker has taken since.
 
 PostgreSQL: the candidates are selected `FOR UPDATE SKIP LOCKED` (a worker never waits on a
 row another transaction holds), inside a transaction-scoped advisory lock so that two workers
@@ -35,10 +40,12 @@ from sqlalchemy.orm import Session
 from osmosis.platform.core.db.process_models import PlatformProcess
 from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.settings import Settings
-from osmosis.platform.worker.processes import db_now, dead_here
+from osmosis.platform.worker.processes import db_now, dead_here, live_processes
 
 # pg_advisory_xact_lock key of the claim step ("osmo").
 CLAIM_LOCK = 0x6F736D6F
+# Claimable runs a claim looks at to order them by the users' shares (oldest first).
+_CANDIDATES = 1000
 # A run's worker exits with this when it could not take the run after all (another process
 # still holds the run directory, or the claim is no longer its): not a failure of the run.
 TEMPFAIL = 75
@@ -97,8 +104,8 @@ def claim_runs(
     exclude: Collection[str] = (),
 ) -> list[Claim]:
     """Claim up to `room` runs (fewer when the platform-wide limit is near), orphaned running
-    runs first, then pending ones oldest first; never those in `exclude` (runs this worker
-    just failed to start). Commits."""
+    runs first, then pending ones oldest first within the users' shares (`_fair_order`);
+    never those in `exclude` (runs this worker just failed to start). Commits."""
     postgres = db.get_bind().dialect.name == "postgresql"
     if postgres:
         db.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
@@ -112,26 +119,34 @@ def claim_runs(
     now = db_now(db)
     dead = dead_here(db, exclude=process_id)
     _stop_orphans(db, now=now, dead=dead)
-    running = db.scalar(
-        select(func.count())
-        .select_from(EvalRun)
-        .where(EvalRun.status == "running", ~_orphaned(now, dead))
-    )
-    wanted = min(room, settings.max_concurrent_runs - int(running or 0))
+    held = held_by_user(db, now=now, dead=dead)
+    wanted = min(room, settings.max_concurrent_runs - sum(held.values()))
     if wanted <= 0:
         db.commit()
         return []
-    query = (
-        select(EvalRun.id, EvalRun.status, EvalRun.claimed_by)
+    candidates = db.execute(
+        select(EvalRun.id, EvalRun.status, EvalRun.claimed_by, EvalRun.created_by)
         .where(_claimable(now, dead), EvalRun.id.not_in(list(exclude)))
         .order_by(case((EvalRun.status == "running", 0), else_=1), EvalRun.created_at)
-        .limit(wanted)
-    )
-    if postgres:
-        query = query.with_for_update(skip_locked=True)
+        .limit(max(wanted, _CANDIDATES))
+    ).all()
+    chosen = _fair_order(
+        [_Candidate(*row) for row in candidates], held, share=settings.runs_per_user
+    )[:wanted]
+    if postgres and chosen:
+        # Never wait on a row another transaction holds (a stop, a progress update).
+        free = set(
+            db.scalars(
+                select(EvalRun.id)
+                .where(EvalRun.id.in_([c.run_id for c in chosen]))
+                .with_for_update(skip_locked=True)
+            )
+        )
+        chosen = [c for c in chosen if c.run_id in free]
     claims: list[Claim] = []
     expires = now + timedelta(seconds=settings.lease_s)
-    for run_id, status, holder in db.execute(query).all():
+    for candidate in chosen:
+        run_id = candidate.run_id
         result = db.execute(
             update(EvalRun)
             .where(EvalRun.id == run_id, _claimable(now, dead))
@@ -146,9 +161,99 @@ def claim_runs(
         if cast(CursorResult[Any], result).rowcount != 1:
             continue  # taken or stopped since it was selected (SQLite: never; defensive)
         epoch = int(db.scalar(select(EvalRun.lease_epoch).where(EvalRun.id == run_id)) or 0)
-        claims.append(Claim(run_id, epoch, resumed=status == "running", previous_holder=holder))
+        resumed = candidate.status == "running"
+        claims.append(Claim(run_id, epoch, resumed=resumed, previous_holder=candidate.holder))
     db.commit()
     return claims
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    run_id: str
+    status: str
+    holder: str | None
+    user: str | None
+
+
+def held_by_user(db: Session, *, now: datetime, dead: list[str]) -> dict[str | None, int]:
+    """Run slots held now, by the user who submitted the runs (None: a deleted user)."""
+    rows = db.execute(
+        select(EvalRun.created_by, func.count())
+        .where(EvalRun.status == "running", ~_orphaned(now, dead))
+        .group_by(EvalRun.created_by)
+    ).all()
+    return {user: int(count) for user, count in rows}
+
+
+def _fair_order(
+    candidates: list[_Candidate], held: Mapping[str | None, int], *, share: int
+) -> list[_Candidate]:
+    """The order runs take free slots in: orphaned running runs first (they were started
+    already), then pending ones oldest first, except that while a user holding fewer than
+    `share` slots has a run waiting, the runs of users at or past their share wait for it.
+
+    >>> a1, a2, b1 = (_Candidate(i, "pending", None, i[0]) for i in ("a1", "a2", "b1"))
+    >>> [c.run_id for c in _fair_order([a1, a2, b1], {"a": 1}, share=1)]
+    ['b1', 'a1', 'a2']
+    """
+    counts = dict(held)
+    order = [c for c in candidates if c.status == "running"]
+    for candidate in order:
+        counts[candidate.user] = counts.get(candidate.user, 0) + 1
+    waiting = [c for c in candidates if c.status != "running"]
+    while waiting:
+        pick = next((c for c in waiting if counts.get(c.user, 0) < share), waiting[0])
+        waiting.remove(pick)
+        order.append(pick)
+        counts[pick.user] = counts.get(pick.user, 0) + 1
+    return order
+
+
+def why_pending(db: Session, *, run: EvalRun, settings: Settings) -> str | None:
+    """Why a pending run has not started, in one line (None when it is not pending): every
+    slot is held (by its user's other runs, by other users'), its user is at their share
+    while others wait, or no worker process is running."""
+    if run.status != "pending" or run.stop_requested:
+        return None
+    now = db_now(db)
+    dead = dead_here(db)
+    held = held_by_user(db, now=now, dead=dead)
+    slots, share = settings.max_concurrent_runs, settings.runs_per_user
+    total, mine = sum(held.values()), held.get(run.created_by, 0)
+    plural = "s" if slots != 1 else ""
+    if total >= slots:
+        if mine == total:
+            whose = "by your other runs"
+        elif mine == 0:
+            whose = "by other users' runs"
+        else:
+            whose = f"{mine} by your other runs, {total - mine} by other users' runs"
+        return (
+            f"{total} of {slots} run slot{plural} held {whose} (OSMOSIS_MAX_CONCURRENT_RUNS); "
+            "it starts when one is free"
+        )
+    if mine >= share:
+        others = db.scalars(
+            select(EvalRun.created_by).where(
+                EvalRun.status == "pending",
+                EvalRun.stop_requested == false(),
+                EvalRun.id != run.id,
+                EvalRun.created_by.is_distinct_from(run.created_by),
+            )
+        ).all()
+        if any(held.get(user, 0) < share for user in others):
+            return (
+                f"your other runs hold {mine} run slot{'s' if mine != 1 else ''}, your share "
+                f"while other users' runs wait (OSMOSIS_RUNS_PER_USER={share})"
+            )
+    workers = [
+        p
+        for p in live_processes(db, now=now, within_s=settings.lease_s)
+        if p.role in ("all", "worker")
+    ]
+    if not workers:
+        return "no worker process is running to start it (osmosis server start --role worker)"
+    return "a run slot is free: a worker starts it at its next round"
 
 
 def _stop_orphans(db: Session, *, now: datetime, dead: list[str]) -> None:

@@ -9,7 +9,8 @@ claimed run, hold each run's lease while its worker runs, and end what a worker 
 Every process registers in `platform_processes` and heartbeats (`osmosis server status` lists
 them). Roles `all` and `worker` also execute runs: each round claims what the platform-wide
 limit (`OSMOSIS_MAX_CONCURRENT_RUNS`, counted in the database) and this process's own
-(`OSMOSIS_WORKER_MAX_RUNS`) leave room for (`osmosis.platform.worker.leases`), orphaned runs first:
+(`OSMOSIS_WORKER_MAX_RUNS`) leave room for (`osmosis.platform.worker.leases`), orphaned runs first,
+then pending ones by each user's share (`OSMOSIS_RUNS_PER_USER`):
 a run whose worker died — on another machine once its lease ran out, on this one at once —
 is resumed from its journal in the blob store, so every attempt is recorded once. A role `api`
 process claims nothing; its stop and submit routes only write the database, which the
@@ -21,7 +22,9 @@ before another worker's resume can be disturbed, and its run is left to its new 
 worker that exits without giving its run a final status fails the run with a log line that
 says so; when even that cannot be written (a full disk: the database refuses), the run stays
 held and is tried again later, backing off up to a minute. A round whose claim the database
-refuses backs off the same way.
+refuses backs off the same way. A worker killed by a signal (SIGKILL, the OOM killer) is not
+the run's fault: the run is given back and resumed from its journal, up to
+`OSMOSIS_RUN_CRASH_RESUMES` times; the next such death fails it, naming the signal.
 
 While the home's disk has less than `settings.min_free_disk_bytes` free, nothing is claimed:
 the runs next in line wait, with a log line saying why, and start once space is freed.
@@ -448,6 +451,11 @@ class Scheduler:
             if run.fenced:
                 del self._held[run_id]  # the run is (maybe) another worker's: leave it
                 continue
+            if code < 0:
+                # Killed outright: what it started in its group (uv, say) goes with it,
+                # before a resume starts the run again.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(run.worker.pid, signal.SIGKILL)
             run.exit_code, run.due = code, 0.0
 
     async def _settle_ended(self, now: float) -> None:
@@ -486,12 +494,34 @@ class Scheduler:
             run = db.scalar(select(EvalRun).where(*leases.holds(run_id, epoch)))
             if run is None:
                 return  # ended by its worker, or no longer ours
-            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+            resumes = self._settings.run_crash_resumes
+            if code < 0 and not run.stop_requested and run.crash_resumes < resumes:
+                # Killed outright (SIGKILL, the OOM killer): the journal holds every attempt
+                # it recorded, so a new worker resumes the run where it was.
+                run.crash_resumes += 1
+                count = run.crash_resumes
+                run.worker_pid = None
+                run.claimed_by = run.lease_expires_at = run.heartbeat_at = None
+                db.commit()
+                message = (
+                    f"the run's worker process was {how}; resuming the run from its journal "
+                    f"(resume {count} of {resumes}, OSMOSIS_RUN_CRASH_RESUMES)"
+                )
+                logger.warning("eval run %s: %s", run_id, message)
+                with contextlib.suppress(OSError):
+                    append_log(run_dir(self._settings, run_id), message, level="warning")
+                return
             if run.stop_requested:
                 run.status, run.error = "stopped", "stopped on request"
             else:
                 run.status = "failed"
-                run.error = f"the run's worker process ended unexpectedly ({how})"
+                run.error = f"the run's worker process ended unexpectedly: {how}"
+                if code < 0 and run.crash_resumes:
+                    run.error += (
+                        f", after {run.crash_resumes} resume(s) from its journal "
+                        f"(OSMOSIS_RUN_CRASH_RESUMES={resumes})"
+                    )
                 space = self._space()
                 if space.low:  # the likeliest reason, and one the operator can fix
                     run.error += f"; {space.describe(self._settings.home)}"
@@ -516,6 +546,16 @@ class Scheduler:
         except OSError:
             return ""
         return "\n".join(text.strip().splitlines()[-10:])
+
+
+def _signal_name(number: int) -> str:
+    """`SIGKILL (signal 9: the OOM killer, or a kill -9)`, `SIGSEGV (signal 11)`."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    hint = ": the OOM killer, or a kill -9" if number == signal.SIGKILL else ""
+    return f"{name} (signal {number}{hint})"
 
 
 def _brief(error: Exception) -> str:
