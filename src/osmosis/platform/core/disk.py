@@ -14,6 +14,7 @@ from pathlib import Path
 
 from osmosis.vocabulary import format_bytes
 
+
 @dataclass(frozen=True)
 class DiskSpace:
     """The file system of one path: bytes free (for this user), in total, and the floor."""
