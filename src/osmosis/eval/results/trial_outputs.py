@@ -9,6 +9,9 @@ million files or a 2 GB file, or text holding a secret the run was given. The co
   `O_NOFOLLOW`, so a link swapped in mid-copy is refused too;
 - copies regular files only: FIFOs, sockets and devices are skipped and reported;
 - stops at `ArtifactLimits` (files, bytes per file, bytes in all), reporting what it left;
+- keeps no mode bits of the rollout's: copies are plain owner-only files (0600, directories
+  0700), and the files it walks, which stay on the host in the raw trial directory, lose
+  their setuid, setgid, sticky and execute bits (a rollout's setuid file is not kept as one);
 - redacts text files with the run's redactor; a binary file that holds a secret is withheld.
 
     copied = copy_artifacts(trial / "artifacts", run / "artifacts" / "row_0_run_0",
@@ -44,6 +47,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 # O_NONBLOCK: opening a FIFO that a hostile rollout swapped in must not hang the worker.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _CHUNK = 1 << 20
+# What a file the rollout wrote must not keep on the host: it could be run as the server's user.
+_RISKY_FILE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | 0o111
+_RISKY_DIR_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
 @dataclass(frozen=True)
@@ -201,9 +207,13 @@ def _copy_tree(
             continue
         if stat.S_ISDIR(info.st_mode):
             _copy_directory(source, target, name, relative, result, redact=redact, limits=limits)
-        elif not stat.S_ISREG(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
             result.skipped.append(Skipped(relative, _mode_reason(info.st_mode)))
-        elif result.files >= limits.max_files:
+            continue
+        if info.st_mode & _RISKY_FILE_BITS:  # copied or not, it stays in the raw trial
+            _defuse(source, name, _RISKY_FILE_BITS)
+        if result.files >= limits.max_files:
             result.skipped.append(
                 Skipped(relative, f"over the limit of {limits.max_files:,} files")
             )
@@ -232,6 +242,10 @@ def _copy_directory(
     except OSError as error:  # swapped for a link since the stat: ELOOP
         result.skipped.append(Skipped(relative, _open_reason(error)))
         return
+    with contextlib.suppress(OSError):
+        mode = stat.S_IMODE(os.fstat(inner).st_mode)
+        if mode & _RISKY_DIR_BITS:
+            os.fchmod(inner, mode & ~_RISKY_DIR_BITS)
     try:
         os.mkdir(name, 0o700, dir_fd=target)
         made = os.open(name, _DIR_FLAGS, dir_fd=target)
@@ -272,6 +286,7 @@ def _copy_file(
         name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=target
     )
     with os.fdopen(handle, "wb") as out:
+        os.fchmod(out.fileno(), 0o600)  # plain, whatever the umask: no bit of the source's
         out.write(cleaned)
     result.files += 1
     result.bytes += len(cleaned)
@@ -301,6 +316,23 @@ def _read_regular(folder: int, name: str, max_bytes: int, *, strict: bool = Fals
             raise OSError(errno.EFBIG, f"grew past the {max_bytes:,}-byte file limit while copied")
         return None
     return data
+
+
+def _defuse(folder: int, name: str, bits: int) -> None:
+    """Clear `bits` of regular file `name` in `folder`, through a descriptor opened without
+    following links (a link swapped in meanwhile is left alone, its target untouched)."""
+    try:
+        handle = os.open(name, _FILE_FLAGS, dir_fd=folder)
+    except OSError:  # unreadable (mode 0o4000, say): nothing can run it either
+        return
+    try:
+        info = os.fstat(handle)
+        if stat.S_ISREG(info.st_mode):
+            os.fchmod(handle, stat.S_IMODE(info.st_mode) & ~bits)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
 
 
 def _redacted(data: bytes, redact: Callable[[str], str]) -> bytes | None:

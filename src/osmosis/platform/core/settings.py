@@ -163,6 +163,23 @@ SETTINGS: tuple[Setting, ...] = (
         lambda text: _clone_allow(text),
     ),
     Setting(
+        "repo_max_bytes",
+        "OSMOSIS_REPO_MAX_BYTES",
+        1024**3,
+        "Largest workspace repository a run checks out, in bytes (default 1 GiB): both its "
+        "mirror on the server after a fetch and the files of the submitted commit. A larger "
+        "one fails the run, naming this limit, and its mirror is removed. 0: no limit.",
+        int,
+    ),
+    Setting(
+        "repo_max_files",
+        "OSMOSIS_REPO_MAX_FILES",
+        100_000,
+        "Most files the submitted commit may hold (default 100,000); more fail the run, "
+        "naming this limit, before anything is checked out. 0: no limit.",
+        int,
+    ),
+    Setting(
         "token_ttl_days",
         "OSMOSIS_TOKEN_TTL_DAYS",
         90,
@@ -423,6 +440,8 @@ class Settings:
     run_crash_resumes: int = 3
     workspace_creation: str = "admin"
     clone_allow: str | None = None
+    repo_max_bytes: int = 1024**3
+    repo_max_files: int = 100_000
     token_ttl_days: int = 90
     max_body_bytes: int = 1024 * 1024
     artifact_max_files: int = 1_000
@@ -491,6 +510,9 @@ class Settings:
             )
         if self.token_ttl_days < 0:
             raise SettingsError("token_ttl_days must not be negative (0: no expiry)")
+        for name in ("repo_max_bytes", "repo_max_files"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must not be negative (0: no limit)")
         try:
             _clone_allow(self.clone_allow or "")
         except ValueError as error:

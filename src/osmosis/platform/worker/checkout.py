@@ -8,6 +8,13 @@ it lacks the commit; each run then gets its own clone at that commit under
 `<home>/checkouts/<run_id>`, sharing the mirror's objects. Local paths and `file://` origins
 work like any other URL. Failures raise `CheckoutError` with git's own last words.
 
+The repository is bounded (`RepoLimits`: `OSMOSIS_REPO_MAX_BYTES`, `OSMOSIS_REPO_MAX_FILES`).
+git cannot cap what a clone or fetch downloads, so the mirror is measured right after it
+(`git count-objects`), and the commit's files are counted and summed from its tree
+(`git ls-tree`) before anything is checked out. Over a limit, the mirror is removed and
+`CheckoutError` names the limit, its setting and the measured figure. Mirrors of workspaces
+that no longer exist are removed by `remove_stale_mirrors`, which the scheduler calls.
+
 The tree is the pushed repository's: it may hold symbolic links anywhere (a committed
 `.osmosis -> /etc`, `configs/eval -> /somewhere`). The platform writes into it only through
 `write_in_tree`, which never follows one, and keeps what the repository must not redirect
@@ -25,7 +32,8 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from osmosis.platform.services.origins import (
@@ -34,6 +42,7 @@ from osmosis.platform.services.origins import (
     check_clone_url,
     parse_clone_allow,
 )
+from osmosis.vocabulary import format_bytes
 from osmosis.workspace import redact_url
 
 _GIT_TIMEOUT_SEC = 600.0
@@ -45,8 +54,37 @@ _GIT_ENV["GIT_ALLOW_PROTOCOL"] = "file:git:http:https:ssh"
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")  # a token in a URL that git quotes back
 
 
+REPO_MAX_BYTES_ENV = "OSMOSIS_REPO_MAX_BYTES"
+REPO_MAX_FILES_ENV = "OSMOSIS_REPO_MAX_FILES"
+
+
 class CheckoutError(Exception):
     """The commit could not be checked out; the message says which step failed and why."""
+
+
+@dataclass(frozen=True)
+class RepoLimits:
+    """How large a workspace repository may be; 0: no limit.
+
+    `max_bytes` bounds the mirror on disk (after each clone or fetch) and the commit's files;
+    `max_files` the files of the commit.
+
+        RepoLimits(max_bytes=1 << 30, max_files=100_000)
+    """
+
+    max_bytes: int = 1024**3
+    max_files: int = 100_000
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RepoLimits:
+        """The limits `environ` sets (the worker's settings arrive in its environment)."""
+        try:
+            return cls(
+                max_bytes=int(environ.get(REPO_MAX_BYTES_ENV) or cls.max_bytes),
+                max_files=int(environ.get(REPO_MAX_FILES_ENV) or cls.max_files),
+            )
+        except ValueError as error:
+            raise CheckoutError(f"a repository limit is not a number: {error}") from None
 
 
 def mirror_path(home: Path, *, workspace_id: str, origin_url: str) -> Path:
@@ -67,18 +105,22 @@ def checkout(
     run_id: str,
     log: Callable[[str], None],
     allow: CloneAllow | None = None,
+    limits: RepoLimits | None = None,
 ) -> Path:
     """A working tree of `origin_url` at `commit_sha` for run `run_id`; reused when present.
 
     `origin_url` must pass the clone allowlist `allow` (default: `OSMOSIS_CLONE_ALLOW` of this
     process's environment, which is where the worker's settings come from), checked before
     git touches it on every run: the setting may have changed since the workspace was made.
+    The repository must stay within `limits` (default: `OSMOSIS_REPO_MAX_BYTES` and
+    `OSMOSIS_REPO_MAX_FILES` of the environment); a mirror over them is removed.
     """
     try:
         rules = parse_clone_allow(os.environ.get(CLONE_ALLOW_ENV)) if allow is None else allow
         check_clone_url(rules, origin_url)
     except ValueError as error:
         raise CheckoutError(str(error)) from None
+    limits = RepoLimits.from_env(os.environ) if limits is None else limits
     target = checkout_path(home, run_id)
     if _head(target) == commit_sha:
         log(f"reusing the checkout of {commit_sha[:12]}")
@@ -100,10 +142,17 @@ def checkout(
         if not _has_commit(mirror, commit_sha):
             log(f"fetching {origin}: commit {commit_sha[:12]} is not cached yet")
             _git(["fetch", "--prune", "--quiet", "origin"], cwd=mirror, step="fetch")
-        if not _has_commit(mirror, commit_sha):
-            raise CheckoutError(
-                f"commit {commit_sha} is not in {origin}: push it, then submit again"
-            )
+        try:
+            # Measured on every run: the limits may have been lowered since the last fetch.
+            _check_mirror_size(mirror, limits)
+            if not _has_commit(mirror, commit_sha):
+                raise CheckoutError(
+                    f"commit {commit_sha} is not in {origin}: push it, then submit again"
+                )
+            _check_commit_files(mirror, commit_sha, limits)
+        except _OverLimit as error:
+            shutil.rmtree(mirror, ignore_errors=True)  # an oversized push is not kept
+            raise CheckoutError(f"{origin}: {error}; its mirror was removed") from None
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     _git(["clone", "--shared", "--no-checkout", "--quiet", str(mirror), str(target)], step="clone")
@@ -114,6 +163,96 @@ def checkout(
     )
     log(f"checked out {commit_sha[:12]} of {origin}")
     return target
+
+
+def remove_stale_mirrors(home: Path, *, workspace_ids: Callable[[], Collection[str]]) -> int:
+    """Remove the mirrors of workspaces that no longer exist; the number removed.
+
+    The mirror directories are listed before `workspace_ids()` is asked, so a workspace
+    created meanwhile (and its first clone) is never mistaken for a deleted one.
+
+        remove_stale_mirrors(home, workspace_ids=lambda: {"ab12…"})
+    """
+    root = home / "git"
+    try:
+        with os.scandir(root) as entries:
+            present = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return 0
+    if not present:
+        return 0
+    known = set(workspace_ids())
+    removed = 0
+    for name in present:
+        if name not in known:
+            shutil.rmtree(root / name, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+class _OverLimit(Exception):
+    """A repository limit was exceeded; the message names it, its setting and the figure."""
+
+
+def _check_mirror_size(mirror: Path, limits: RepoLimits) -> None:
+    if not limits.max_bytes:
+        return
+    counts: dict[str, int] = {}
+    for line in _git(["count-objects", "-v"], cwd=mirror, step="inspect").splitlines():
+        key, _, value = line.partition(":")
+        with contextlib.suppress(ValueError):
+            counts[key.strip()] = int(value.strip())
+    # Loose objects, packs and garbage, in KiB: what the mirror takes on disk.
+    size = 1024 * sum(counts.get(key, 0) for key in ("size", "size-pack", "size-garbage"))
+    if size > limits.max_bytes:
+        raise _OverLimit(
+            f"the repository is {format_bytes(size)} ({size:,} bytes) after the fetch, over "
+            f"the limit of {format_bytes(limits.max_bytes, exact=True)} ({REPO_MAX_BYTES_ENV}="
+            f"{limits.max_bytes})"
+        )
+
+
+def _check_commit_files(mirror: Path, commit_sha: str, limits: RepoLimits) -> None:
+    """Count and sum the commit's files from its tree, stopping at the first limit passed."""
+    if not limits.max_files and not limits.max_bytes:
+        return
+    files = size = 0
+    args = ["git", "-c", "core.hooksPath=/dev/null", "ls-tree", "-r", "-l", "-z", commit_sha]
+    with subprocess.Popen(
+        args,
+        cwd=mirror,
+        env={**os.environ, **_GIT_ENV},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as listing:
+        assert listing.stdout is not None
+        rest = b""
+        try:
+            while chunk := listing.stdout.read(1 << 16):
+                *entries, rest = (rest + chunk).split(b"\0")
+                for entry in entries:
+                    # "<mode> <type> <object> <size>\t<path>"; a submodule's size is "-".
+                    fields = entry.split(b"\t", 1)[0].split()
+                    files += 1
+                    if len(fields) == 4 and fields[3].isdigit():
+                        size += int(fields[3])
+                if limits.max_files and files > limits.max_files:
+                    raise _OverLimit(
+                        f"commit {commit_sha[:12]} holds more than {limits.max_files:,} files, "
+                        f"the limit ({REPO_MAX_FILES_ENV}={limits.max_files})"
+                    )
+                if limits.max_bytes and size > limits.max_bytes:
+                    raise _OverLimit(
+                        f"the files of commit {commit_sha[:12]} are at least "
+                        f"{format_bytes(size)} ({size:,} bytes), over the limit of "
+                        f"{format_bytes(limits.max_bytes, exact=True)} ({REPO_MAX_BYTES_ENV}="
+                        f"{limits.max_bytes})"
+                    )
+        finally:
+            listing.kill()
+    if listing.returncode not in (0, -9):
+        raise CheckoutError(f"git could not list the files of commit {commit_sha[:12]}")
 
 
 def inputs_path(home: Path, run_id: str) -> Path:

@@ -69,6 +69,7 @@ from osmosis.platform.services.secrets import resolve_secrets
 from osmosis.platform.services.workspaces import sandbox_network
 from osmosis.platform.worker.checkout import (
     CheckoutError,
+    RepoLimits,
     checkout,
     inputs_path,
     remove_checkout,
@@ -191,6 +192,7 @@ class _Worker:
             retry_failed=run.retry_failed,
             environ=environ,
             env_cache=self.settings.home / "envs",
+            env_scope=f"workspace:{run.workspace_id}",  # venvs never shared across workspaces
             # Without `limit` the platform samples 10 % of the rows; a local `eval run` takes
             # them all (the reference's two defaults).
             sample_fraction=SAMPLE_FRACTION,
@@ -249,6 +251,9 @@ class _Worker:
             commit_sha=run.commit_sha,
             run_id=run.id,
             log=self.log,
+            limits=RepoLimits(
+                max_bytes=self.settings.repo_max_bytes, max_files=self.settings.repo_max_files
+            ),
         )
         config_path = write_in_tree(tree, run.config_path, run.config_toml.encode("utf-8"))
         inputs = inputs_path(self.settings.home, run.id)

@@ -26,6 +26,9 @@ refuses backs off the same way. A worker killed by a signal (SIGKILL, the OOM ki
 the run's fault: the run is given back and resumed from its journal, up to
 `OSMOSIS_RUN_CRASH_RESUMES` times; the next such death fails it, naming the signal.
 
+Once at start and then hourly, the git mirrors of workspaces that no longer exist are removed
+from the home (`osmosis.platform.worker.checkout.remove_stale_mirrors`).
+
 While the home's disk has less than `settings.min_free_disk_bytes` free, nothing is claimed:
 the runs next in line wait, with a log line saying why, and start once space is freed.
 
@@ -55,7 +58,7 @@ from sqlalchemy.orm import Session, sessionmaker
 # The rollout process's parent-death hook serves the worker just as well.
 from osmosis.eval.sites.rollout_process import _die_with_parent_hook
 from osmosis.platform.core.crypto import KEY_ENV
-from osmosis.platform.core.db.models import utcnow
+from osmosis.platform.core.db.models import Workspace, utcnow
 from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.disk import DiskSpace, disk_space
 from osmosis.platform.core.schema_revision import schema_problem
@@ -63,6 +66,7 @@ from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import append_log
 from osmosis.platform.services.runs import run_dir
 from osmosis.platform.worker import leases, processes
+from osmosis.platform.worker.checkout import remove_stale_mirrors
 from osmosis.private_file import PRIVATE_UMASK, make_private_dir, open_private_append
 
 logger = logging.getLogger("osmosis.platform.worker.scheduler")
@@ -73,6 +77,7 @@ BACKOFF_FIRST_SEC = 1.0
 BACKOFF_MAX_SEC = 60.0
 # A lease not renewed for this share of its length may already be another worker's.
 SELF_FENCE_SHARE = 0.8
+MIRROR_SWEEP_SEC = 3600.0
 _TAIL_BYTES = 4096
 T = TypeVar("T")
 
@@ -120,6 +125,7 @@ class Scheduler:
         self._not_now: dict[str, _Backoff] = {}
         self._claim_backoff = _Backoff()
         self._heartbeat_due = 0.0
+        self._mirrors_due = 0.0
         self._schema_problem: str | None = None
         self._low_disk = False
         self._told_low_disk: set[str] = set()  # runs whose log says they wait for space
@@ -221,6 +227,12 @@ class Scheduler:
         await self._settle_ended(now)
         await self._watch_leases(now, extend=beat)
         await self._claim(now)
+        if now >= self._mirrors_due:
+            self._mirrors_due = now + MIRROR_SWEEP_SEC
+            try:
+                await self._db(self._sweep_mirrors)
+            except Exception as error:  # the next sweep tries again
+                logger.warning("cannot remove stale git mirrors: %s", _brief(error))
 
     async def _db(self, work: Callable[[], T]) -> T:
         # Off the event loop: an API process's requests never wait on the scheduler's queries.
@@ -232,6 +244,18 @@ class Scheduler:
             return processes.register(
                 db, role=self._settings.role, settings=self._settings, max_runs=limit
             )
+
+    def _sweep_mirrors(self) -> int:
+        """Remove the git mirrors of deleted workspaces from this machine's home."""
+
+        def workspace_ids() -> set[str]:
+            with self._sessions() as db:
+                return set(db.scalars(select(Workspace.id)))
+
+        removed = remove_stale_mirrors(self._settings.home, workspace_ids=workspace_ids)
+        if removed:
+            logger.info("removed the git mirrors of %d deleted workspaces", removed)
+        return removed
 
     def _heartbeat(self) -> None:
         assert self.process_id is not None

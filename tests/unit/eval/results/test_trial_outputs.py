@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -162,3 +163,33 @@ def test_a_trajectory_that_is_a_link_is_not_read(tmp_path: Path) -> None:
     (trial / "trajectory.json").write_text(json.dumps({"steps": []}))
     assert read_trial_json(trial, "trajectory.json") == {"steps": []}
     assert read_trial_json(trial, "trajectory.json", max_bytes=5) is None
+
+
+def test_a_setuid_file_is_copied_plain_and_loses_its_bits_in_the_raw_trial(tmp_path):
+    artifacts = tmp_path / "trial" / "artifacts"
+    (artifacts / "bin").mkdir(parents=True)
+    tool = artifacts / "bin" / "tool"
+    tool.write_bytes(b"#!/bin/sh\necho pwned\n")
+    os.chmod(tool, 0o4755)
+    (artifacts / "notes.txt").write_text("plain\n")
+    os.chmod(artifacts / "bin", 0o3755)  # setgid and sticky on a directory
+    too_big = artifacts / "big.bin"
+    too_big.write_bytes(b"x" * 100)
+    os.chmod(too_big, 0o6711)  # skipped by the limit, yet it stays on the host: defused too
+    dest = tmp_path / "run" / "artifacts" / "row_0_run_0"
+
+    copied = copy_artifacts(
+        artifacts, dest, redact=redact, limits=ArtifactLimits(max_file_bytes=50)
+    )
+
+    assert copied.files == 2
+    for name in ("bin/tool", "notes.txt"):
+        info = (dest / name).lstat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600, name
+    assert (dest / "bin" / "tool").read_bytes() == b"#!/bin/sh\necho pwned\n"
+    assert (dest / "notes.txt").read_text() == "plain\n"
+    risky = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | 0o111
+    for raw in (tool, too_big):  # the raw trial directory keeps the files, not their bits
+        assert stat.S_IMODE(raw.stat().st_mode) & risky == 0, raw
+    assert stat.S_IMODE(tool.stat().st_mode) == 0o644
+    assert stat.S_IMODE((artifacts / "bin").stat().st_mode) == 0o755
