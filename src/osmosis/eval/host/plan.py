@@ -69,6 +69,9 @@ class RunOptions:
     env_cache: Path | None = None
     """Where rollout venvs are cached; default `<workspace>/.osmosis/envs`. The platform
     points every run's checkout at one shared cache."""
+    env_scope: str | None = None
+    """Whose venvs a run may reuse: a venv built for one scope never serves another. None: the
+    workspace's directory; the platform passes the workspace's id."""
     replicas: int | None = 1
     """Rollout servers started for the run (recorded in the manifest's provenance; a resume
     may use another number). None, with the Ray executor: one per alive node."""

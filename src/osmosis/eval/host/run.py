@@ -201,7 +201,13 @@ async def _dispatch(
     environment = (
         None
         if isinstance(spec, RaySiteSpec)
-        else await prepare_environment_async(plan.rollout_dir, cache_root=cache_root, log=log)
+        else await prepare_environment_async(
+            plan.rollout_dir,
+            cache_root=cache_root,
+            log=log,
+            scope=plan.options.env_scope or f"path:{plan.workspace.resolve()}",
+            checkout=plan.workspace,
+        )
     )
     replicas = plan.options.replicas
     async with contextlib.AsyncExitStack() as stack:

@@ -10,6 +10,15 @@ live under `cache_root/<key>`, keyed by what decides their contents, so an uncha
 reuses its venv without calling uv. Nothing here downloads a Python build
 (`UV_PYTHON_DOWNLOADS=never`); packages come from the configured index.
 
+The rollout's files are untrusted (another workspace's, on the platform):
+- uv runs with `--no-config`, so a committed `uv.toml` or `[tool.uv]` never picks an index,
+  find-links or any other setting, and `pip install` with `--no-sources`;
+- a build input that is a link (`pyproject.toml`, `uv.lock`, `uv.toml`…, and for a
+  dynamic-dependency project any file of the copy it builds) is refused before uv sees it;
+- the key covers the scope (the workspace) and every file of the rollout directory, so two
+  workspaces never share a venv, and a finished venv is made read-only;
+- uv's output in an error is capped and names no host path (home, cache, checkout).
+
 A build may take minutes: hosts call `prepare_environment_async`, which runs it in a thread
 (the event loop keeps honouring Ctrl-C and `eval stop`) and, when cancelled, kills uv's
 process group and removes the half-built venv.
@@ -27,6 +36,7 @@ import platform
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -34,7 +44,7 @@ import time
 import tomllib
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -48,7 +58,7 @@ from packaging.version import InvalidVersion, Version
 
 from osmosis._version import __version__
 from osmosis.eval.errors import HostError
-from osmosis.eval.inputs.sources import copy_ignore, source_digest
+from osmosis.eval.inputs.sources import copy_ignore, source_bytes, source_digest, source_files
 
 EnvironmentKind = Literal["current", "uv"]
 SdkName = Literal["osmosis", "osmosis-ai"]
@@ -73,6 +83,18 @@ _ERROR_TAIL_LINES = 20
 _OSMOSIS_AI_REQUIRES_PYTHON = ">=3.12"
 _OUR_REQUIRES_PYTHON_FALLBACK = ">=3.11"
 _PYENV_VERSION_DIR = re.compile(r"^\d+\.\d+\.\d+$")  # CPython builds only: no pypy-, no -dev
+_ERROR_LINE_CHARS = 300
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+# What uv, a build backend or `.python-version` readers may consult in the rollout directory.
+_BUILD_INPUTS = (
+    "pyproject.toml",
+    "uv.lock",
+    "uv.toml",
+    ".python-version",
+    "setup.py",
+    "setup.cfg",
+    "requirements*.txt",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,22 @@ class RolloutEnvironmentError(HostError):
         super().__init__(message)
 
 
+class BuildInputLinkError(RolloutEnvironmentError):
+    """A file the environment build reads is a symbolic link: refused before uv runs, so no
+    host file it points to is ever read, built from or quoted. `path` is the link, relative
+    to the checkout."""
+
+    default_hint = "commit the file itself, not a link to it; nothing was dispatched"
+
+    def __init__(self, rollout: str, shown: str) -> None:
+        self.path = shown
+        super().__init__(
+            rollout,
+            "checking the build inputs",
+            f"{shown} is a symbolic link; build inputs must be regular files",
+        )
+
+
 @dataclass(frozen=True)
 class Interpreter:
     """An installed Python found on this machine."""
@@ -123,7 +161,12 @@ class Interpreter:
 
 
 async def prepare_environment_async(
-    rollout_dir: Path, *, cache_root: Path, log: Callable[[str], None]
+    rollout_dir: Path,
+    *,
+    cache_root: Path,
+    log: Callable[[str], None],
+    scope: str | None = None,
+    checkout: Path | None = None,
 ) -> RolloutEnvironment:
     """`prepare_environment` in a worker thread; `log` is called on the event loop.
     Cancelling the await stops uv (its whole process group) and cleans up, then re-raises.
@@ -139,7 +182,13 @@ async def prepare_environment_async(
 
     build = asyncio.ensure_future(
         asyncio.to_thread(
-            prepare_environment, rollout_dir, cache_root=cache_root, log=log_on_loop, cancel=cancel
+            prepare_environment,
+            rollout_dir,
+            cache_root=cache_root,
+            log=log_on_loop,
+            cancel=cancel,
+            scope=scope,
+            checkout=checkout,
         )
     )
     try:
@@ -159,17 +208,22 @@ def prepare_environment(
     cache_root: Path,
     log: Callable[[str], None],
     cancel: threading.Event | None = None,
+    scope: str | None = None,
+    checkout: Path | None = None,
 ) -> RolloutEnvironment:
     """Return the environment to run the rollout in `rollout_dir`, building it if needed.
+    `scope` (the workspace) is part of the venv's key: venvs are never shared across scopes.
+    `checkout`: the repository root, against which errors name the rollout's files.
 
     env = prepare_environment(Path("rollouts/multiply"), cache_root=home / "envs", log=print)
     env.kind, env.sdk  # ('uv', 'osmosis') for a rollout with a pyproject.toml
 
     Blocking (it may run uv for minutes): async code uses `prepare_environment_async`. Raises
     `RolloutEnvironmentError` with the failing step and uv's last lines; when `cancel` is
-    set it stops uv and raises one saying so.
+    set it stops uv and raises one saying so; `BuildInputLinkError` for a linked input.
     """
     cancel = cancel or threading.Event()
+    _refuse_linked_inputs(rollout_dir, checkout)
     rollout_dir = rollout_dir.resolve()
     name = rollout_dir.name
     pyproject_path = rollout_dir / "pyproject.toml"
@@ -180,6 +234,8 @@ def prepare_environment(
         )
 
     declaration = _read_declaration(name, pyproject_path)
+    if declaration.dynamic_dependencies:  # a build backend reads any file of its copy
+        _refuse_linked_inputs(rollout_dir, checkout, every_source=True)
     sdk: SdkName = "osmosis-ai" if "osmosis-ai" in declaration.names else "osmosis"
     python_spec = _python_spec(name, declaration.requires_python, sdk)
     interpreter = choose_interpreter(python_spec, rollout=name)
@@ -188,11 +244,9 @@ def prepare_environment(
     ours = _our_requirement(name) if sdk == "osmosis" or "osmosis" in declaration.names else None
     lock_path = rollout_dir / "uv.lock"
     lock_bytes = lock_path.read_bytes() if lock_path.is_file() else None
-    # Dynamic dependencies are computed by a build from any file of the rollout, so then
-    # every source file is part of the declaration.
-    declared = (
-        _build_input_digest(rollout_dir) if declaration.dynamic_dependencies else declaration.raw
-    )
+    # Every file of the rollout directory decides the venv (a dynamic-dependency build may read
+    # any), and the scope keeps one workspace's venv from ever serving another's runs.
+    declared = f"scope={scope}".encode() + b"\0" + _build_input_digest(rollout_dir)
     key = _cache_key(declared, lock_bytes, interpreter, ours)
     described = f"Python {interpreter.version}, {sdk} SDK"
 
@@ -465,9 +519,9 @@ def _build(
     name = rollout_dir.name
     final = cache_root / key
     for stale in cache_root.glob(f".build-{key}-*"):  # left by a crashed builder; we hold the lock
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove_tree(stale)
     if final.exists():  # complete once, broken since (its interpreter went away)
-        shutil.rmtree(final)
+        _remove_tree(final)
     # Built beside its final place and renamed into it: the rename is atomic, so the cache
     # only ever holds complete venvs. `--relocatable` keeps the venv valid after the move.
     build = cache_root / f".build-{key}-{uuid.uuid4().hex[:8]}"
@@ -487,6 +541,7 @@ def _build(
             cwd=rollout_dir,
             transcript=transcript,
             cancel=cancel,
+            cache_root=cache_root,
         )
         requirements = build / _REQUIREMENTS
         lines = _requirements(rollout_dir, build, declaration, lock_bytes, ours, transcript, cancel)
@@ -500,14 +555,16 @@ def _build(
                 "pip",
                 "install",
                 "--compile-bytecode",
+                "--no-sources",  # a dynamic project's [tool.uv.sources] must not name a path
                 "--python",
                 str(build / "bin" / "python"),
                 "-r",
                 str(requirements),
             ],
-            cwd=rollout_dir,  # relative path requirements and the rollout's [tool.uv] settings
+            cwd=rollout_dir,  # relative path requirements; never its settings (`--no-config`)
             transcript=transcript,
             cancel=cancel,
+            cache_root=cache_root,
         )
         shutil.rmtree(build / _SOURCE_COPY, ignore_errors=True)
         (build / _BUILD_LOG).write_text("\n".join(transcript) + "\n", encoding="utf-8")
@@ -521,9 +578,10 @@ def _build(
             "created_at": datetime.now(UTC).isoformat(),
         }
         (build / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _make_read_only(build)  # the runs reusing it must not change it for the next ones
         build.rename(final)
     except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
+        _remove_tree(build)
         raise
 
 
@@ -537,7 +595,7 @@ def _requirements(
     cancel: threading.Event,
 ) -> list[str]:
     if lock_bytes is not None:
-        lines = _exported_lock(rollout_dir, transcript, cancel)
+        lines = _exported_lock(rollout_dir, build.parent, transcript, cancel)
         if ours is not None:  # a lock pins `osmosis` from the index: an unrelated package
             lines = [line for line in lines if _requirement_name(line) != "osmosis"]
     elif declaration.dynamic_dependencies:
@@ -557,7 +615,9 @@ def _requirements(
     return lines if ours is None else [*lines, ours]
 
 
-def _exported_lock(rollout_dir: Path, transcript: list[str], cancel: threading.Event) -> list[str]:
+def _exported_lock(
+    rollout_dir: Path, cache_root: Path, transcript: list[str], cancel: threading.Event
+) -> list[str]:
     """The pins of the rollout's uv.lock as requirements (what `uv sync` would install),
     without the rollout project itself, which is often not a buildable package."""
     output = _run_uv(
@@ -568,15 +628,88 @@ def _exported_lock(rollout_dir: Path, transcript: list[str], cancel: threading.E
         transcript=transcript,
         cancel=cancel,
         stdout_only=True,
+        cache_root=cache_root,
     )
     return [line for line in output if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _build_input_digest(rollout_dir: Path) -> bytes:
-    """SHA-256 of what a build of the project reads, as the venv key of a project with dynamic
-    dependencies (any file may decide them): its sources, minus `_NOT_BUILD_INPUT`, exactly
-    the files `_requirements` copies for the build."""
-    return bytes.fromhex(source_digest(rollout_dir, also_exclude=_NOT_BUILD_INPUT))
+    """SHA-256 of what a build may read, as part of the venv key: the rollout's sources minus
+    `_NOT_BUILD_INPUT` (exactly the files `_requirements` copies for a dynamic-dependency
+    build), plus the hidden inputs uv or a build backend may consult (`.python-version`)."""
+    digest = hashlib.sha256(
+        bytes.fromhex(source_digest(rollout_dir, also_exclude=_NOT_BUILD_INPUT))
+    )
+    for path in _named_inputs(rollout_dir):
+        if path.name.startswith("."):
+            digest.update(path.name.encode() + b"\0" + source_bytes(path) + b"\0")
+    return digest.digest()
+
+
+def _named_inputs(rollout_dir: Path) -> list[Path]:
+    found: list[Path] = []
+    for pattern in _BUILD_INPUTS:
+        found += sorted(rollout_dir.glob(pattern))
+    return found
+
+
+def _refuse_linked_inputs(
+    rollout_dir: Path, checkout: Path | None, *, every_source: bool = False
+) -> None:
+    """Raise `BuildInputLinkError` when a build input is a link: the named inputs, the
+    directories from the checkout down to the rollout, and with `every_source` each file a
+    dynamic-dependency build copies. The error names the link relative to the checkout."""
+    base = checkout if checkout is not None else rollout_dir.parent
+
+    def shown(path: Path) -> str:
+        # Resolved without following the link itself: its parent is a real directory.
+        for inside, root in ((path, base), (path.parent.resolve() / path.name, base.resolve())):
+            with contextlib.suppress(ValueError):
+                return inside.relative_to(root).as_posix()
+        return f"{rollout_dir.name}/{path.name}"
+
+    if checkout is not None:
+        try:
+            parts = rollout_dir.relative_to(checkout).parts
+        except ValueError:
+            parts = ()
+        for depth in range(1, len(parts) + 1):
+            if (checkout.joinpath(*parts[:depth])).is_symlink():
+                raise BuildInputLinkError(
+                    rollout_dir.name, shown(checkout.joinpath(*parts[:depth]))
+                )
+    elif rollout_dir.is_symlink():
+        raise BuildInputLinkError(rollout_dir.name, shown(rollout_dir))
+    candidates = _named_inputs(rollout_dir)
+    if every_source:
+        candidates += source_files(rollout_dir, also_exclude=_NOT_BUILD_INPUT)
+    for path in candidates:
+        if path.is_symlink():
+            raise BuildInputLinkError(rollout_dir.name, shown(path))
+
+
+def _make_read_only(root: Path) -> None:
+    """Take every write bit off a built venv (its directories too: no file can be added or
+    replaced). Links are left alone: chmod would follow them to the interpreter."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for entry in [*filenames, *dirnames]:
+            path = os.path.join(dirpath, entry)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITE_BITS)
+    os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) & ~_WRITE_BITS)
+
+
+def _remove_tree(root: Path) -> None:
+    """`shutil.rmtree` that also removes a read-only venv: its directories get their owner's
+    write bit back first (removing an entry needs it on the directory holding it)."""
+    if not root.exists() and not root.is_symlink():
+        return
+    if root.is_dir() and not root.is_symlink():
+        for dirpath, dirnames, _ in os.walk(root):
+            with contextlib.suppress(OSError):
+                os.chmod(dirpath, stat.S_IMODE(os.lstat(dirpath).st_mode) | stat.S_IRWXU)
+            dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _requirement_name(line: str) -> str | None:
@@ -595,13 +728,16 @@ def _run_uv(
     transcript: list[str],
     cancel: threading.Event,
     stdout_only: bool = False,
+    cache_root: Path | None = None,
 ) -> list[str]:
     env = dict(os.environ)
     env["UV_PYTHON_DOWNLOADS"] = "never"  # offline-safe: only installed interpreters
     env["UV_NO_PROGRESS"] = "1"
     for variable in ("VIRTUAL_ENV", "UV_PYTHON", "UV_PROJECT_ENVIRONMENT"):
         env.pop(variable, None)  # the engine's own venv must not steer what uv builds
-    command = [*find_uv(), *args]
+    # `--no-config`: the rollout's `uv.toml` or `[tool.uv]` is never read (no index, no
+    # find-links, no settings of its choosing); the operator's environment variables still are.
+    command = [*find_uv(), "--no-config", *args]
     transcript.append("$ " + " ".join(command))
     try:
         process = subprocess.Popen(
@@ -635,14 +771,40 @@ def _run_uv(
                     rollout,
                     step,
                     f"uv did not finish within {_UV_TIMEOUT_SEC:.0f} s",
-                    _lines(out) + _lines(err),
+                    _shown(_lines(out) + _lines(err), cwd, cache_root),
                 ) from None
     stdout, stderr = _lines(out), _lines(err)
     transcript.extend(stderr if stdout_only else stdout + stderr)
     if process.returncode != 0:
         tail = deque(stdout + stderr, maxlen=_ERROR_TAIL_LINES)
-        raise RolloutEnvironmentError(rollout, step, f"uv exited {process.returncode}", tail)
+        raise RolloutEnvironmentError(
+            rollout, step, f"uv exited {process.returncode}", _shown(tail, cwd, cache_root)
+        )
     return stdout
+
+
+def _shown(lines: Iterable[str], rollout_dir: Path, cache_root: Path | None) -> list[str]:
+    """uv's lines as a run error shows them: host paths replaced (the rollout directory, the
+    venv cache, the home and the running interpreter's prefix), each line capped."""
+    replacements = sorted(
+        {
+            **({str(cache_root): "<env-cache>"} if cache_root is not None else {}),
+            str(rollout_dir): ".",
+            str(Path.home()): "~",
+            sys.prefix: "<python>",
+            sys.base_prefix: "<python>",
+        }.items(),
+        key=lambda pair: -len(pair[0]),
+    )
+    shown: list[str] = []
+    for line in lines:
+        for host, placeholder in replacements:
+            if len(host) > 1:
+                line = line.replace(host, placeholder)
+        if len(line) > _ERROR_LINE_CHARS:
+            line = line[:_ERROR_LINE_CHARS] + " …"
+        shown.append(line)
+    return shown
 
 
 def _lines(output: str | bytes | None) -> list[str]:
@@ -714,6 +876,7 @@ def _uv_find_python(spec: SpecifierSet) -> Interpreter | None:
 
 
 __all__ = [
+    "BuildInputLinkError",
     "Interpreter",
     "RolloutEnvironment",
     "RolloutEnvironmentError",
