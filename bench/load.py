@@ -33,7 +33,7 @@ import httpx
 
 from osmosis.client import PlatformClient
 from osmosis.testing import FakeModelServer
-from osmosis.wire.runs import TERMINAL_STATUSES
+from osmosis.vocabulary import TERMINAL_RUN_STATUSES
 from osmosis.workspace import normalise_identity
 
 
@@ -88,7 +88,7 @@ def seed(tree: Path, env: dict[str, str], *, datasets: int, runs: int) -> Seeded
                 "--json", "eval", "submit", "configs/eval/bench.toml", "-y", cwd=tree, env=env
             )
             name = json.loads(out)["resource"]["name"]
-            while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_STATUSES:
+            while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_RUN_STATUSES:
                 time.sleep(0.5)
             run_ids.append(detail.eval_run.id)
     origin = tree.parent / "origin.git"

@@ -29,7 +29,7 @@ from datetime import datetime  # noqa: E402
 
 from osmosis.client import PlatformClient  # noqa: E402
 from osmosis.testing import FakeModelServer  # noqa: E402
-from osmosis.wire.runs import TERMINAL_STATUSES  # noqa: E402
+from osmosis.vocabulary import TERMINAL_RUN_STATUSES  # noqa: E402
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 ROLLOUT = (HERE / "engine.py").read_text().split('ROLLOUT = """', 1)[1].split('"""', 1)[0]
@@ -106,7 +106,7 @@ def platform_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
     # CPU from the run being measured on a small machine.
     credentials = json.loads((Path(env["OSMOSIS_HOME"]) / "credentials.json").read_text())
     with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
-        while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_STATUSES:
+        while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_RUN_STATUSES:
             time.sleep(1.0)
     if detail.eval_run.status != "finished":
         raise SystemExit(f"platform run {name} ended {detail.eval_run.status}")

@@ -141,7 +141,10 @@ def memory_of(pid: int) -> dict[str, int]:
     return fields
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/status").exists(),
+    reason="measures the bridge process's memory through /proc, which only Linux has",
+)
 async def test_64_bodies_of_16_mib_under_invented_ids_are_refused_and_memory_stays_flat() -> None:
     async with FakeModelServer() as fake:
         bridge = await asyncio.create_subprocess_exec(

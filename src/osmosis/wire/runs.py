@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from osmosis.vocabulary import TERMINAL_RUN_STATUSES as TERMINAL_STATUSES
 from osmosis.vocabulary import AttemptStatus, RunStatus
 
 FileType = Literal["metrics", "trajectories", "artifacts", "logs"]
@@ -326,7 +325,6 @@ __all__ = [
     "ATTEMPT_SORTS",
     "DEFAULT_FILE_TYPES",
     "FILE_TYPES",
-    "TERMINAL_STATUSES",
     "AttemptList",
     "AttemptPublic",
     "AttemptStatus",
