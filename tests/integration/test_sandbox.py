@@ -285,3 +285,32 @@ def test_a_venvs_own_pth_lines_never_widen_what_is_bound(tmp_path):
     bound = interpreter_dirs(venv / "bin" / "python", venv)
     assert venv in bound
     assert not any(p == secret_dir or p in secret_dir.parents for p in bound), bound
+
+
+async def test_the_rollout_sees_its_checkout_venv_and_outbox_at_fixed_paths(tmp_path):
+    """No host path of the run inside: the checkout is /workspace, the venv /venv, the outbox
+    /outbox; a traceback names /workspace/rollouts/where/main.py."""
+    rollout = write_rollout(
+        tmp_path,
+        "where",
+        'import os, sys\nprint("where:", os.getcwd(), sys.prefix, '
+        'os.environ["_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"], os.environ["VIRTUAL_ENV"], __file__, '
+        "flush=True)\n" + ROLLOUT,
+    )
+    (rollout / "pyproject.toml").write_text(
+        '[project]\nname = "where"\nversion = "0.1"\nrequires-python = ">=3.11"\n'
+        "dependencies = []\n"
+    )
+    lines: list[str] = []
+    site = site_for(rollout, tmp_path, lines)
+    await site.start(1)
+    await site.stop()
+    said = next(line for line in lines if "where:" in line)
+    assert said.split("where:", 1)[1].split() == [
+        "/workspace/rollouts/where",
+        "/venv",
+        "/outbox",
+        "/venv",
+        "/workspace/rollouts/where/main.py",
+    ], said
+    assert str(tmp_path) not in said

@@ -163,6 +163,9 @@ def test_a_hostile_rollout_reaches_nothing_of_the_platform(tmp_path, server, key
         "tmp",
         "usr",
         *(Path(str(home)).parts[1:2]),
+        # The run's own at fixed paths: its checkout, its outbox (and a venv if it had one).
+        "workspace",
+        "outbox",
         # The interpreter and our SDK are bound read-only where they live (a checkout's venv
         # under /work here, under /check on CI): their top directory shows, nothing else.
         *(path.parts[1] for path in interpreter_dirs(Path(sys.executable), None)),

@@ -292,11 +292,16 @@ async def test_a_server_talking_out_of_turn_on_an_idle_connection_gets_it_droppe
         writer.write(OK)
         await asyncio.sleep(0.02)  # then, unasked (as a server timing the connection out):
         writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        said.set()
         await server.stopping.wait()
 
+    said = asyncio.Event()
     async with RawServer(handle) as server:
         client = Http1Client(server.url)
         await client.request("GET", "/", timeout=1)
+        # In this order whatever the machine's load: the 408 is out before the next request.
+        await said.wait()
         await asyncio.sleep(0.05)
         reply = await client.request("GET", "/", timeout=1)
         await client.aclose()

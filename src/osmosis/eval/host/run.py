@@ -187,6 +187,7 @@ async def _dispatch(
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
     from osmosis.eval.sites.environment import prepare_environment_async
+    from osmosis.eval.sites.sandbox.build import BuildSandbox
 
     evaluation = plan.config.evaluation
     log = _tee(run, reporter)
@@ -197,7 +198,13 @@ async def _dispatch(
             "the Ray executor",
             hint="drop --sandbox, or run with the local executor",
         )
-    # On Ray each node prepares the rollout's environment itself.
+    # A sandboxed run builds its environment in the sandbox too: the build runs the rollout's
+    # own code (its build backend). On Ray each node prepares the environment itself.
+    build_sandbox = (
+        await asyncio.to_thread(BuildSandbox.for_policy, spec.policy)
+        if isinstance(spec, SandboxSiteSpec)
+        else None
+    )
     environment = (
         None
         if isinstance(spec, RaySiteSpec)
@@ -205,8 +212,9 @@ async def _dispatch(
             plan.rollout_dir,
             cache_root=cache_root,
             log=log,
-            scope=plan.options.env_scope or f"path:{plan.workspace.resolve()}",
+            scope=_env_scope(plan),
             checkout=plan.workspace,
+            sandbox=build_sandbox,
         )
     )
     replicas = plan.options.replicas
@@ -379,6 +387,11 @@ def default_site(options: RunOptions) -> SiteSpec:
     return LocalSiteSpec()
 
 
+def _env_scope(plan: RunPlan) -> str:
+    """Whose venvs these are (the workspace): a venv is never shared across scopes."""
+    return plan.options.env_scope or f"path:{plan.workspace.resolve()}"
+
+
 def _site_context(
     plan: RunPlan,
     spec: SiteSpec,
@@ -410,6 +423,7 @@ def _site_context(
         redactor=redactor,
         artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
         bridge_url=bridge.base_url,
+        env_scope=_env_scope(plan),
         bridge_bound_url=bridge.bound_url,
         environment=environment,
     )

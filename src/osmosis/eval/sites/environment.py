@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -59,6 +59,9 @@ from packaging.version import InvalidVersion, Version
 from osmosis._version import __version__
 from osmosis.eval.errors import HostError
 from osmosis.eval.inputs.sources import copy_ignore, source_bytes, source_digest, source_files
+
+if TYPE_CHECKING:
+    from osmosis.eval.sites.sandbox.build import BuildJail, BuildSandbox
 
 EnvironmentKind = Literal["current", "uv"]
 SdkName = Literal["osmosis", "osmosis-ai"]
@@ -167,6 +170,7 @@ async def prepare_environment_async(
     log: Callable[[str], None],
     scope: str | None = None,
     checkout: Path | None = None,
+    sandbox: BuildSandbox | None = None,
 ) -> RolloutEnvironment:
     """`prepare_environment` in a worker thread; `log` is called on the event loop.
     Cancelling the await stops uv (its whole process group) and cleans up, then re-raises.
@@ -189,6 +193,7 @@ async def prepare_environment_async(
             cancel=cancel,
             scope=scope,
             checkout=checkout,
+            sandbox=sandbox,
         )
     )
     try:
@@ -210,10 +215,13 @@ def prepare_environment(
     cancel: threading.Event | None = None,
     scope: str | None = None,
     checkout: Path | None = None,
+    sandbox: BuildSandbox | None = None,
 ) -> RolloutEnvironment:
     """Return the environment to run the rollout in `rollout_dir`, building it if needed.
     `scope` (the workspace) is part of the venv's key: venvs are never shared across scopes.
     `checkout`: the repository root, against which errors name the rollout's files.
+    `sandbox`: run uv (and so the rollout's build backend) in the build jail
+    (`sites.sandbox.build`), with a uv cache of the scope's own; None: on the host.
 
     env = prepare_environment(Path("rollouts/multiply"), cache_root=home / "envs", log=print)
     env.kind, env.sdk  # ('uv', 'osmosis') for a rollout with a pyproject.toml
@@ -271,6 +279,10 @@ def prepare_environment(
             ours=ours,
             sdk=sdk,
             cancel=cancel,
+            sandbox=sandbox,
+            workspace=(checkout or rollout_dir.parent).resolve(),
+            scope=scope,
+            log=log,
         )
         log(f"→ environment {key[:12]} ready in {time.monotonic() - started:.1f} s")
     return _environment(final, key, sdk)
@@ -515,6 +527,10 @@ def _build(
     ours: str | None,
     sdk: SdkName,
     cancel: threading.Event,
+    sandbox: BuildSandbox | None,
+    workspace: Path,
+    scope: str | None,
+    log: Callable[[str], None],
 ) -> None:
     name = rollout_dir.name
     final = cache_root / key
@@ -527,45 +543,69 @@ def _build(
     build = cache_root / f".build-{key}-{uuid.uuid4().hex[:8]}"
     transcript: list[str] = []
     try:
-        _run_uv(
-            name,
-            "creating the virtual environment",
-            [
-                "venv",
-                str(build),
-                "--python",
-                str(interpreter.path),
-                "--relocatable",
-                "--no-project",
-            ],
-            cwd=rollout_dir,
-            transcript=transcript,
-            cancel=cancel,
-            cache_root=cache_root,
-        )
-        requirements = build / _REQUIREMENTS
-        lines = _requirements(rollout_dir, build, declaration, lock_bytes, ours, transcript, cancel)
-        requirements.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        _run_uv(
-            name,
-            "installing the rollout's dependencies",
-            # Bytecode now, once: with PYTHONDONTWRITEBYTECODE set, a rollout importing
-            # LiteLLM would otherwise compile it again at every start (seconds of CPU).
-            [
-                "pip",
-                "install",
-                "--compile-bytecode",
-                "--no-sources",  # a dynamic project's [tool.uv.sources] must not name a path
-                "--python",
-                str(build / "bin" / "python"),
-                "-r",
-                str(requirements),
-            ],
-            cwd=rollout_dir,  # relative path requirements; never its settings (`--no-config`)
-            transcript=transcript,
-            cancel=cancel,
-            cache_root=cache_root,
-        )
+        with contextlib.ExitStack() as stack:
+            jail: BuildJail | None = None
+            if sandbox is not None:
+                build.mkdir()  # the jail binds it at /venv
+                jail = stack.enter_context(
+                    sandbox.jail(
+                        workspace=workspace,
+                        build=build,
+                        uv_cache=_scope_uv_cache(cache_root, scope),
+                        uv=find_uv(),
+                        interpreter=interpreter.path,
+                        readonly=_sdk_sources(ours),
+                        log=log,
+                    )
+                )
+                log(
+                    "→ building in the sandbox: the checkout read-only, packages only from "
+                    + sandbox.index.shown
+                )
+            seen = jail.inside if jail is not None else str
+            _run_uv(
+                name,
+                "creating the virtual environment",
+                [
+                    "venv",
+                    seen(build),
+                    "--python",
+                    str(interpreter.path),
+                    "--relocatable",
+                    "--no-project",
+                ],
+                cwd=rollout_dir,
+                transcript=transcript,
+                cancel=cancel,
+                cache_root=cache_root,
+                jail=jail,
+            )
+            requirements = build / _REQUIREMENTS
+            lines = _requirements(
+                rollout_dir, build, declaration, lock_bytes, ours, transcript, cancel, jail
+            )
+            requirements.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            _run_uv(
+                name,
+                "installing the rollout's dependencies",
+                # Bytecode now, once: with PYTHONDONTWRITEBYTECODE set, a rollout importing
+                # LiteLLM would otherwise compile it again at every start (seconds of CPU).
+                [
+                    "pip",
+                    "install",
+                    "--compile-bytecode",
+                    "--no-sources",  # a dynamic project's [tool.uv.sources] must not name a path
+                    "--python",
+                    seen(build / "bin" / "python"),
+                    "-r",
+                    seen(requirements),
+                ],
+                cwd=rollout_dir,  # relative path requirements; never its settings (`--no-config`)
+                transcript=transcript,
+                cancel=cancel,
+                cache_root=cache_root,
+                jail=jail,
+            )
         shutil.rmtree(build / _SOURCE_COPY, ignore_errors=True)
         (build / _BUILD_LOG).write_text("\n".join(transcript) + "\n", encoding="utf-8")
         marker = {
@@ -593,9 +633,10 @@ def _requirements(
     ours: str | None,
     transcript: list[str],
     cancel: threading.Event,
+    jail: BuildJail | None,
 ) -> list[str]:
     if lock_bytes is not None:
-        lines = _exported_lock(rollout_dir, build.parent, transcript, cancel)
+        lines = _exported_lock(rollout_dir, build.parent, transcript, cancel, jail)
         if ours is not None:  # a lock pins `osmosis` from the index: an unrelated package
             lines = [line for line in lines if _requirement_name(line) != "osmosis"]
     elif declaration.dynamic_dependencies:
@@ -607,7 +648,7 @@ def _requirements(
         shutil.copytree(
             rollout_dir, copy, symlinks=True, ignore=copy_ignore(also_exclude=_NOT_BUILD_INPUT)
         )
-        lines = [str(copy)]
+        lines = [jail.inside(copy) if jail is not None else str(copy)]
     else:
         # A declared `osmosis>=x` stays: uv then installs our source once and checks that
         # its version satisfies the rollout's constraint.
@@ -616,7 +657,11 @@ def _requirements(
 
 
 def _exported_lock(
-    rollout_dir: Path, cache_root: Path, transcript: list[str], cancel: threading.Event
+    rollout_dir: Path,
+    cache_root: Path,
+    transcript: list[str],
+    cancel: threading.Event,
+    jail: BuildJail | None,
 ) -> list[str]:
     """The pins of the rollout's uv.lock as requirements (what `uv sync` would install),
     without the rollout project itself, which is often not a buildable package."""
@@ -629,6 +674,7 @@ def _exported_lock(
         cancel=cancel,
         stdout_only=True,
         cache_root=cache_root,
+        jail=jail,
     )
     return [line for line in output if line.strip() and not line.lstrip().startswith("#")]
 
@@ -688,6 +734,24 @@ def _refuse_linked_inputs(
             raise BuildInputLinkError(rollout_dir.name, shown(path))
 
 
+def _scope_uv_cache(cache_root: Path, scope: str | None) -> Path:
+    """The uv cache of one scope (a workspace): a build in the sandbox writes only there, so
+    what one workspace's build leaves in it never serves another's."""
+    digest = hashlib.sha256(f"scope={scope}".encode()).hexdigest()[:16]
+    return cache_root / ".uv-cache" / digest
+
+
+def _sdk_sources(ours: str | None) -> list[Path]:
+    """Where the requirement line for our SDK installs it from, when that is a local path
+    (a development checkout, a wheel): bound read-only into the build sandbox."""
+    if ours is None:
+        return []
+    if ours.startswith("-e "):
+        return [Path(ours.removeprefix("-e ").strip())]
+    _, _, url = ours.partition(" @ ")
+    return [Path(url.removeprefix("file://"))] if url.startswith("file://") else []
+
+
 def _make_read_only(root: Path) -> None:
     """Take every write bit off a built venv (its directories too: no file can be added or
     replaced). Links are left alone: chmod would follow them to the interpreter."""
@@ -729,20 +793,25 @@ def _run_uv(
     cancel: threading.Event,
     stdout_only: bool = False,
     cache_root: Path | None = None,
+    jail: BuildJail | None = None,
 ) -> list[str]:
-    env = dict(os.environ)
-    env["UV_PYTHON_DOWNLOADS"] = "never"  # offline-safe: only installed interpreters
-    env["UV_NO_PROGRESS"] = "1"
-    for variable in ("VIRTUAL_ENV", "UV_PYTHON", "UV_PROJECT_ENVIRONMENT"):
-        env.pop(variable, None)  # the engine's own venv must not steer what uv builds
-    # `--no-config`: the rollout's `uv.toml` or `[tool.uv]` is never read (no index, no
-    # find-links, no settings of its choosing); the operator's environment variables still are.
-    command = [*find_uv(), "--no-config", *args]
-    transcript.append("$ " + " ".join(command))
+    if jail is not None:  # in the build sandbox: the jail says the command and environment
+        command, env, run_in = jail.command(args, cwd=cwd), jail.env, Path("/")
+        transcript.append("$ uv --no-config " + " ".join(args))
+    else:
+        env = dict(os.environ)
+        env["UV_PYTHON_DOWNLOADS"] = "never"  # offline-safe: only installed interpreters
+        env["UV_NO_PROGRESS"] = "1"
+        for variable in ("VIRTUAL_ENV", "UV_PYTHON", "UV_PROJECT_ENVIRONMENT"):
+            env.pop(variable, None)  # the engine's own venv must not steer what uv builds
+        # `--no-config`: the rollout's `uv.toml` or `[tool.uv]` is never read (no index, no
+        # find-links, no settings of its choosing); the operator's environment variables are.
+        command, run_in = [*find_uv(), "--no-config", *args], cwd
+        transcript.append("$ " + " ".join(command))
     try:
         process = subprocess.Popen(
             command,
-            cwd=cwd,
+            cwd=run_in,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -771,23 +840,31 @@ def _run_uv(
                     rollout,
                     step,
                     f"uv did not finish within {_UV_TIMEOUT_SEC:.0f} s",
-                    _shown(_lines(out) + _lines(err), cwd, cache_root),
+                    _shown(_lines(out) + _lines(err), cwd, cache_root, jail),
                 ) from None
     stdout, stderr = _lines(out), _lines(err)
     transcript.extend(stderr if stdout_only else stdout + stderr)
     if process.returncode != 0:
         tail = deque(stdout + stderr, maxlen=_ERROR_TAIL_LINES)
         raise RolloutEnvironmentError(
-            rollout, step, f"uv exited {process.returncode}", _shown(tail, cwd, cache_root)
+            rollout, step, f"uv exited {process.returncode}", _shown(tail, cwd, cache_root, jail)
         )
     return stdout
 
 
-def _shown(lines: Iterable[str], rollout_dir: Path, cache_root: Path | None) -> list[str]:
+def _shown(
+    lines: Iterable[str],
+    rollout_dir: Path,
+    cache_root: Path | None,
+    jail: BuildJail | None = None,
+) -> list[str]:
     """uv's lines as a run error shows them: host paths replaced (the rollout directory, the
-    venv cache, the home and the running interpreter's prefix), each line capped."""
+    venv cache, the home and the running interpreter's prefix; in the jail, its own paths),
+    each line capped."""
     replacements = sorted(
         {
+            **({jail.inside(rollout_dir): "."} if jail is not None else {}),
+            **(jail.host_paths() if jail is not None else {}),
             **({str(cache_root): "<env-cache>"} if cache_root is not None else {}),
             str(rollout_dir): ".",
             str(Path.home()): "~",

@@ -108,6 +108,8 @@ class SiteContext:
     environment: RolloutEnvironment | None = None
     """The rollout's prepared environment on this machine; None on Ray, where each node
     prepares its own."""
+    env_scope: str | None = None
+    """Whose venvs they are (the workspace): a node never gives one scope's venv to another."""
 
 
 def build_site(spec: SiteSpec, context: SiteContext) -> Site:
@@ -133,6 +135,7 @@ def build_site(spec: SiteSpec, context: SiteContext) -> Site:
             bridge_url=context.bridge_url,
             clean_env=spec.clean_env,
             max_replicas=spec.max_replicas,
+            env_scope=context.env_scope,
         )
     environment = context.environment
     if environment is None:

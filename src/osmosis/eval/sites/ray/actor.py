@@ -68,6 +68,8 @@ class ReplicaSpec:
     node's whole environment."""
     env_cache: str | None = None
     """Where this node caches rollout venvs; None: `$XDG_CACHE_HOME/osmosis/envs`."""
+    env_scope: str | None = None
+    """Whose venv it is (the workspace): part of the venv's key on the node."""
     startup_timeout: float = 60.0
 
 
@@ -151,7 +153,7 @@ class RolloutReplica:
             rollout_dir = Path.cwd() / spec.rollout
             cache = Path(spec.env_cache) if spec.env_cache else default_env_cache()
             environment = await prepare_environment_async(
-                rollout_dir, cache_root=cache, log=self._log
+                rollout_dir, cache_root=cache, log=self._log, scope=spec.env_scope
             )
             self._trials = Path(tempfile.mkdtemp(prefix=f"osmosis-{spec.name[:40]}-"))
             base_env = (

@@ -331,6 +331,7 @@ class RaySite:
         bridge_url: str | None = None,
         clean_env: bool = False,
         max_replicas: int | None = None,
+        env_scope: str | None = None,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_window_sec: float = RESTART_WINDOW_SEC,
         startup_timeout: float = 60.0,
@@ -347,6 +348,7 @@ class RaySite:
         self.trial_limits = TrialLimits.for_artifacts(artifact_limits)
         self.bridge_url = bridge_url
         self.clean_env = clean_env
+        self.env_scope = env_scope
         self.max_replicas = max_replicas
         self.restarts = RestartBudget(max_restarts, window_sec=restart_window_sec)
         self.startup_timeout = startup_timeout
@@ -495,6 +497,7 @@ class RaySite:
             entrypoint=self.entrypoint,
             env=self.env,
             clean_env=self.clean_env,
+            env_scope=self.env_scope,
             startup_timeout=self.startup_timeout,
         )
         ray = self.ray

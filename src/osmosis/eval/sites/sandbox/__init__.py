@@ -12,9 +12,14 @@ server (`osmosis.eval.sites.sandbox.site.SandboxSite`) runs as
   nested user namespaces where bwrap can forbid them), PID (its own `/proc`: no other process
   is visible or signalable), IPC, UTS, cgroup, mount and network namespaces; a new session;
   the sandbox dies with the engine (`--die-with-parent`, and the PID namespace with its init).
-- **Files** (`layout`): read-only system directories, the interpreter and venv, the checkout;
-  the trial directory read-write; fresh `/proc`, `/dev`, tmpfs `/tmp` and `HOME`. Nothing of
-  the platform's home, other runs, other checkouts, `/run`, `/sys` or the host's `/proc`.
+- **Files** (`layout`): read-only system directories, the interpreter, the venv at `/venv`,
+  the checkout at `/workspace`; the outbox read-write at `/outbox`; fresh `/proc`, `/dev`,
+  size-capped tmpfs `/tmp` and `HOME`. Nothing of the platform's home, other runs, other
+  checkouts, `/run`, `/sys` or the host's `/proc`.
+- **The environment build** (`build`, `package_index`): uv and the rollout's build backend
+  run in the same kind of jail before the server starts: the checkout read-only, the venv
+  being built the only writable place besides the workspace's own uv cache, and a proxy that
+  reaches only the package index.
 - **Network** (`shim`, `network`): only a loopback. The shim forwards the engine's Unix
   socket to the server's `127.0.0.1:$_OSMOSIS_ROLLOUT_PORT` and the rollout-scoped bridge URL
   on `127.0.0.1:<bridge port>` to the bridge's Unix socket, so rollouts (ours and

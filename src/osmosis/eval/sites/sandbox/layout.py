@@ -1,9 +1,15 @@
 """What a sandboxed rollout server sees: the bwrap arguments for its file system.
 
-    args = bwrap_mounts(layout)   # ['--ro-bind', '/usr', '/usr', ..., '--bind', trials, trials]
+    args = bwrap_mounts(layout)   # ['--ro-bind', '/usr', '/usr', ..., '--bind', outbox, '/outbox']
+    layout.inside(layout.rollout_dir)  # '/workspace/rollouts/multiply'
 
-Everything is bound at its own path, so the venv's scripts, `pyvenv.cfg`, the rollout's cwd
-and `_OSMOSIS_ROLLOUT_ARTIFACT_ROOT` mean the same inside. Visible, in this order:
+What belongs to the run is seen at fixed paths, never at the host's: the checkout at
+`/workspace`, the rollout's venv at `/venv` (it was built there, `sandbox.build`), the outbox
+(`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`) at `/outbox`; so a rollout's errors and tracebacks name
+`/workspace/rollouts/x/main.py`, not where the platform keeps its checkouts. (The kernel still
+lists each bind's source directory in `/proc/self/mountinfo`: names, never contents.)
+The interpreter a venv was made from, and the engine's own when there is no venv, are bound at
+their own paths, as `pyvenv.cfg` names them. Visible, in this order:
 
 - read-only: `/usr` (and `/bin`, `/lib`… as on the host), a short list of `/etc` files that
   programs need and that hold nothing private (the loader cache, CA certificates, time zone,
@@ -12,7 +18,7 @@ and `_OSMOSIS_ROLLOUT_ARTIFACT_ROOT` mean the same inside. Visible, in this orde
   resolved `bin/python`), the workspace checkout;
 - hidden again under an empty tmpfs: `hidden` paths inside those binds (a local workspace's
   `.osmosis/`, where other runs and environments live);
-- read-write: the run's trial directory (each attempt's `trajectory.json` and `artifacts/`);
+- read-write: the run's outbox (each attempt's `trajectory.json` and `artifacts/`);
 - fresh: `/proc` of the sandbox's own PID namespace, a minimal `/dev`, tmpfs `/tmp`
   (size-capped) and `HOME` (`/home/rollout`), `/run/osmosis/` with the shim and the bridge's
   socket directory (read-only).
@@ -38,6 +44,9 @@ SHIM_PATH = f"{SANDBOX_RUN}/shim.py"
 BRIDGE_DIR = f"{SANDBOX_RUN}/bridge"
 BRIDGE_SOCKET = f"{BRIDGE_DIR}/bridge.sock"
 SANDBOX_USER = "rollout"
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_VENV = "/venv"
+SANDBOX_OUTBOX = "/outbox"
 
 # /etc entries a program may read that hold nothing private (no shadow, no ssh, no sudoers).
 _ETC_PASSTHROUGH = (
@@ -112,41 +121,74 @@ class SandboxLayout:
     hidden: Sequence[Path] = field(default_factory=tuple)
     """Paths inside the read-only binds that must not be visible (masked by a tmpfs)."""
 
+    def inside(self, path: Path) -> str:
+        """Where a host path of the checkout, the venv or the outbox is seen in the sandbox;
+        any other path is bound at its own."""
+        return seen_inside(
+            path,
+            [
+                *([(self.venv, SANDBOX_VENV)] if self.venv is not None else []),
+                (self.trials_root, SANDBOX_OUTBOX),
+                (self.workspace, SANDBOX_WORKSPACE),
+            ],
+        )
 
-def bwrap_mounts(layout: SandboxLayout) -> list[str]:
-    """The file-system half of the bwrap command line (see the module docstring)."""
+
+def seen_inside(path: Path, binds: Sequence[tuple[Path, str]]) -> str:
+    """`path` as seen through the first of `binds` (host directory, inside path) holding it."""
+    for outside, seen in binds:
+        try:
+            rest = Path(path).relative_to(outside)
+        except ValueError:
+            continue
+        return seen if rest == Path(".") else f"{seen}/{rest.as_posix()}"
+    return str(path)
+
+
+def base_mounts(site_dir: Path, network: NetworkMode, *, tmp_bytes: int) -> list[str]:
+    """What every sandbox has, a rollout server's or an environment build's: fresh `/proc`,
+    `/dev`, size-capped tmpfs `/tmp` and `HOME`, `/run`, the system directories, the harmless
+    `/etc` files and the generated ones of `site_dir/etc` (`write_etc`)."""
     # Fresh file systems first: a bind below (a checkout under /tmp) must land on top of them.
     args = ["--proc", "/proc", *_proc_covers(), "--dev", "/dev"]
-    args += ["--size", str(layout.tmp_bytes), "--tmpfs", "/tmp"]
-    args += ["--tmpfs", SANDBOX_HOME, "--tmpfs", "/run"]
+    args += ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    args += ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_HOME, "--tmpfs", "/run"]
     args += system_binds()
     for name in _ETC_PASSTHROUGH:
         path = Path("/etc") / name
         args += ["--ro-bind-try", str(path), str(path)]
-    etc = layout.site_dir / "etc"
+    etc = site_dir / "etc"
     generated = ["passwd", "group", "hosts", "hostname"]
-    if layout.network == "full":
+    if network == "full":
         generated.append("resolv.conf")
     for name in generated:
         args += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-    readonly = [*interpreter_dirs(layout.python, layout.venv), layout.workspace]
-    outermost = _outermost(readonly)
-    for path in outermost:
+    return args
+
+
+def bwrap_mounts(layout: SandboxLayout) -> list[str]:
+    """The file-system half of the bwrap command line (see the module docstring)."""
+    args = base_mounts(layout.site_dir, layout.network, tmp_bytes=layout.tmp_bytes)
+    bound = interpreter_dirs(layout.python, layout.venv, with_venv=False)
+    for path in bound:
         args += ["--ro-bind", str(path), str(path)]
     masked = [
         path
-        for path in _outermost(layout.hidden)
-        if path.exists() and any(_within(path, bound) and path != bound for bound in outermost)
+        for path in outermost(layout.hidden)
+        if path.exists() and any(_within(path, b) and path != b for b in bound)
     ]
     for path in masked:
         args += ["--tmpfs", str(path)]
-    # Re-bound after the masks: the venv may sit inside a hidden path (a local `.osmosis/`).
-    for path in _outermost(p for p in readonly if any(_within(p, m) for m in masked)):
-        args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(layout.trials_root), str(layout.trials_root)]
+    args += ["--ro-bind", str(layout.workspace), SANDBOX_WORKSPACE]
+    for path in outermost(layout.hidden):  # a local workspace's `.osmosis/`: other runs
+        if path.exists() and _within(path, layout.workspace) and path != layout.workspace:
+            args += ["--tmpfs", layout.inside(path)]
+    if layout.venv is not None:
+        args += ["--ro-bind", str(layout.venv), SANDBOX_VENV]
+    args += ["--bind", str(layout.trials_root), SANDBOX_OUTBOX]
     args += ["--ro-bind", str(layout.shim), SHIM_PATH]
     args += ["--ro-bind", str(layout.site_dir / "bridge"), BRIDGE_DIR]
-    args += ["--chdir", str(layout.rollout_dir)]
+    args += ["--chdir", layout.inside(layout.rollout_dir)]
     return args
 
 
@@ -169,17 +211,18 @@ def write_etc(site_dir: Path, network: NetworkMode) -> None:
     (site_dir / "bridge").mkdir(exist_ok=True)
 
 
-def interpreter_dirs(python: Path, venv: Path | None) -> list[Path]:
-    """The directories an interpreter needs, outside `/usr`: the venv and the Python it was
-    made from; for the engine's own interpreter, its prefixes. And our SDK's source when it is a
-    development install.
+def interpreter_dirs(python: Path, venv: Path | None, *, with_venv: bool = True) -> list[Path]:
+    """The directories an interpreter needs, outside `/usr`: the venv (unless `with_venv` is
+    False: the sandbox binds it at `/venv`) and the Python it was made from; for the engine's
+    own interpreter, its prefixes. And our SDK's source when it is a development install.
 
     Never paths a venv's own files name (`.pth` lines: a dependency could name any directory),
     nor the engine's `sys.path` (`python -m` puts the working directory there, `/root` say).
     """
     found: list[Path] = []
     if venv is not None:
-        found.append(venv)
+        if with_venv:
+            found.append(venv)
         home = _pyvenv_home(venv / "pyvenv.cfg")
         if home is not None:
             found.append(home.parent if home.name == "bin" else home)
@@ -198,7 +241,7 @@ def interpreter_dirs(python: Path, venv: Path | None) -> list[Path]:
         if not path.exists() or any(_within(path, system) for system in _SYSTEM_PREFIXES):
             continue
         kept.append(path)
-    return _outermost(kept)
+    return outermost(kept)
 
 
 def _pyvenv_home(config: Path) -> Path | None:
@@ -213,7 +256,7 @@ def _pyvenv_home(config: Path) -> Path | None:
     return None
 
 
-def _outermost(paths: Iterable[Path]) -> list[Path]:
+def outermost(paths: Iterable[Path]) -> list[Path]:
     """Each path once, leaving out those inside another one of the list."""
     unique = sorted({Path(p) for p in paths}, key=lambda p: len(p.parts))
     kept: list[Path] = []
@@ -230,9 +273,16 @@ def _within(path: Path, outer: Path) -> bool:
 __all__ = [
     "BRIDGE_SOCKET",
     "SANDBOX_HOME",
+    "SANDBOX_OUTBOX",
+    "SANDBOX_RUN",
+    "SANDBOX_VENV",
+    "SANDBOX_WORKSPACE",
     "SHIM_PATH",
     "SandboxLayout",
+    "base_mounts",
     "bwrap_mounts",
     "interpreter_dirs",
+    "outermost",
+    "seen_inside",
     "write_etc",
 ]

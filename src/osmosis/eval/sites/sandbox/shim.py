@@ -19,6 +19,9 @@ still binds `127.0.0.1:$_OSMOSIS_ROLLOUT_PORT` and calls the bridge at the rollo
 - rollout -> bridge: the shim listens on `127.0.0.1:<bridge port>` and forwards each
   connection to the bridge's Unix socket, bound read-only into the sandbox.
 
+An environment build uses the second half alone (no `--listen-fd`): its uv reaches the package
+proxy's socket through `127.0.0.1:<port>` (`package_index`).
+
 It starts the rollout server as its child with the given resource limits (`--rlimit NAME=N`,
 soft limit; the hard limit is set a little above so a signal comes first), forwards SIGTERM
 and SIGINT to it, and exits with its status (128 + signal number when a signal killed it).
@@ -47,8 +50,8 @@ _HARD_MARGIN = {"CPU": 5}  # seconds between SIGXCPU (soft) and SIGKILL (hard)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="osmosis-sandbox-shim")
-    parser.add_argument("--listen-fd", type=int, required=True)
-    parser.add_argument("--rollout-port", type=int, required=True)
+    parser.add_argument("--listen-fd", type=int)
+    parser.add_argument("--rollout-port", type=int)
     parser.add_argument("--bridge-port", type=int)
     parser.add_argument("--bridge-socket")
     parser.add_argument("--rlimit", action="append", default=[])
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("the rollout server's command is missing (after --)")
+    if (args.listen_fd is None) != (args.rollout_port is None):
+        parser.error("--listen-fd and --rollout-port go together")
     limits = [_parse_limit(text) for text in args.rlimit]
     return asyncio.run(_serve(args, command, limits))
 
@@ -71,15 +76,17 @@ async def _serve(
     args: argparse.Namespace, command: list[str], limits: list[tuple[int, str, int]]
 ) -> int:
     loop = asyncio.get_running_loop()
-    engine_side = socket.socket(fileno=args.listen_fd)
-    engine_side.setblocking(False)
-    servers = [
-        await asyncio.start_unix_server(
-            lambda r, w: _forward(r, w, _connect_tcp("127.0.0.1", args.rollout_port)),
-            sock=engine_side,
-            backlog=_BACKLOG,
+    servers: list[asyncio.AbstractServer] = []
+    if args.listen_fd is not None:  # absent for an environment build: nobody calls in
+        engine_side = socket.socket(fileno=args.listen_fd)
+        engine_side.setblocking(False)
+        servers.append(
+            await asyncio.start_unix_server(
+                lambda r, w: _forward(r, w, _connect_tcp("127.0.0.1", args.rollout_port)),
+                sock=engine_side,
+                backlog=_BACKLOG,
+            )
         )
-    ]
     if args.bridge_port and args.bridge_socket:
         servers.append(
             await asyncio.start_server(

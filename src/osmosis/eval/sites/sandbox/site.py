@@ -440,12 +440,13 @@ class _Launcher:
         site, support = self.site, self.site.support
         assert support is not None and support.bwrap is not None and site._site_dir is not None
         policy = site.policy
+        venv = site.environment.venv
         layout = SandboxLayout(
             workspace=site.workspace,
             rollout_dir=launch.cwd,
-            trials_root=site.outbox,
+            trials_root=site.outbox.resolve(),
             python=Path(launch.argv[0]),
-            venv=site.environment.venv,
+            venv=venv.resolve() if venv is not None else None,
             site_dir=site._site_dir,
             shim=SHIM_SOURCE,
             network=policy.network,
@@ -465,9 +466,13 @@ class _Launcher:
             self._pipes |= {"block_read": block_read, "block_write": block_write}
             argv += ["--info-fd", str(info_write), "--block-fd", str(block_read)]
             pass_fds += [info_write, block_read]
+        # The venv's python and the entrypoint as seen inside; the engine's own interpreter
+        # (no venv) is bound at its own path.
+        python = launch.argv[0] if venv is None else layout.inside(Path(launch.argv[0]))
+        command = [python, *(layout.inside(Path(arg)) for arg in launch.argv[1:])]
         argv += [
             "--",
-            launch.argv[0],
+            command[0],
             "-I",  # the shim: no site, no user paths, no PYTHON* variables
             "-S",
             SHIM_PATH,
@@ -481,11 +486,11 @@ class _Launcher:
             BRIDGE_SOCKET,
             *(f"--rlimit={limit}" for limit in self.group.shim_rlimits()),
             "--",
-            *launch.argv,
+            *command,
         ]
         return Launch(
             argv=argv,
-            env=launch.env,
+            env=_env_inside(launch.env, layout),
             cwd=launch.cwd,
             pass_fds=tuple(pass_fds),
             preexec=self.group.prepare_join(),
@@ -510,6 +515,20 @@ class _Launcher:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._pipes.clear()
+
+
+def _env_inside(env: Mapping[str, str], layout: SandboxLayout) -> dict[str, str]:
+    """The server's environment with the paths it names as the sandbox shows them (the venv
+    at `/venv`, the outbox at `/outbox`)."""
+    inside = dict(env)
+    for name in ("VIRTUAL_ENV", "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"):
+        if name in inside:
+            inside[name] = layout.inside(Path(inside[name]))
+    if "PATH" in inside:
+        inside["PATH"] = os.pathsep.join(
+            layout.inside(Path(part)) if part else part for part in inside["PATH"].split(os.pathsep)
+        )
+    return inside
 
 
 def _read_child_pid(fd: int) -> int:
