@@ -334,6 +334,9 @@ def test_an_osmosis_ai_rollout_runs_unchanged_in_the_sandbox(tmp_path, server):
     said = "\n".join(logs(server, created.id))
     assert run.eval_run.status == "finished", said
     assert "sandbox: bubblewrap" in said and run.summary.pass_rate == 1.0
+    # Its venv was built in the sandbox too, from the index alone, into the workspace's cache.
+    assert "building in the sandbox: the checkout read-only, packages only from" in said
+    assert list((server.home / "envs" / ".uv-cache").iterdir())
 
 
 # -- network `full` ----------------------------------------------------------------------------
