@@ -9,6 +9,8 @@ rest (`OSMOSIS_SECRET_KEY`, else `<home>/secret.key`, created 0600 on first star
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +32,7 @@ from osmosis.platform.deps import current_token
 from osmosis.platform.services.bootstrap import bootstrap
 from osmosis.platform.services.datasets import recover_interrupted
 from osmosis.platform.services.secrets import check_key as check_secret_key
+from osmosis.platform.services.token_use import TokenUses, keep_flushing
 from osmosis.platform.web import install_dashboard
 from osmosis.platform.worker.scheduler import Scheduler
 from osmosis.private_file import make_private_dir
@@ -43,6 +46,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         404: "Not found",
         409: "Conflict",
         422: "Invalid request",
+        507: "The platform's disk is full: the change was not saved (code DISK_FULL)",
     }.items()
 }
 
@@ -74,9 +78,14 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await use_threads(settings.max_requests)  # one thread per request slot
         await scheduler.start()  # evaluation runs execute only while the server serves
+        # Token uses are written here, never by the request that made them (issue 25.5).
+        flusher = asyncio.create_task(keep_flushing(token_uses, sessions), name="token-uses")
         try:
             yield
         finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
             await scheduler.close()
         engine.dispose()
 
@@ -90,6 +99,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = sessions
     app.state.secret_box = secret_box
+    app.state.token_uses = token_uses = TokenUses()
     app.state.scheduler = scheduler = Scheduler(sessions, settings)
     install_error_handling(app)
     # Before any route reads a body: JSON and forms are parsed whole (uploads stream).

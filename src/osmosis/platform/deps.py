@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from osmosis.platform.core.db.models import ApiToken, User, Workspace
 from osmosis.platform.core.errors import AuthRequired, Forbidden
 from osmosis.platform.services import workspaces
+from osmosis.platform.services.token_use import TokenUses
 from osmosis.platform.services.users import check_token
 
 # Page offsets stop far beyond any real listing but well inside the databases' 64-bit
@@ -32,14 +33,25 @@ def get_db(request: Request) -> Iterator[Session]:
 Db = Annotated[Session, Depends(get_db)]
 
 
+def token_uses(request: Request) -> TokenUses:
+    """Token uses not yet written (`create_app` keeps one per process)."""
+    uses: TokenUses = request.app.state.token_uses
+    return uses
+
+
+Uses = Annotated[TokenUses, Depends(token_uses)]
+
+
 def current_token(
     db: Db,
+    uses: Uses,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiToken:
     if credentials is None:
         raise AuthRequired("an API token is required (Authorization: Bearer osm_...)")
-    # Revoked, expired or of a deactivated user: refused, saying which.
-    return check_token(db, secret=credentials.credentials)
+    # Revoked, expired or of a deactivated user: refused, saying which. No write: the use
+    # is noted in memory and written in the background.
+    return check_token(db, secret=credentials.credentials, uses=uses)
 
 
 CurrentToken = Annotated[ApiToken, Depends(current_token)]

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from osmosis.platform.api.auth import created
+from osmosis.platform.api.auth import created, token_public
 from osmosis.platform.core.db.models import utcnow
-from osmosis.platform.deps import AdminUser, Db, Offset
+from osmosis.platform.deps import AdminUser, Db, Offset, Uses
 from osmosis.platform.services import users
 from osmosis.vocabulary import MAX_PAGE
 from osmosis.wire import (
@@ -99,12 +99,10 @@ def create_token(
 
 
 @router.get("/users/{user_id}/tokens")
-def list_tokens(user_id: str, db: Db, admin: AdminUser) -> TokenList:
+def list_tokens(user_id: str, db: Db, admin: AdminUser, uses: Uses) -> TokenList:
     """A user's tokens: names, dates, last use, expiry and revocation; never their secrets."""
     user = users.get_user(db, user_id=user_id)
-    return TokenList(
-        tokens=[TokenPublic.model_validate(t) for t in users.list_tokens(db, user=user)]
-    )
+    return TokenList(tokens=[token_public(t, uses) for t in users.list_tokens(db, user=user)])
 
 
 @router.delete("/tokens/{token_id}")

@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from osmosis.platform.core.db.models import utcnow
-from osmosis.platform.deps import CurrentToken, CurrentUser, Db
+from osmosis.platform.core.db.models import ApiToken, utcnow
+from osmosis.platform.deps import CurrentToken, CurrentUser, Db, Uses
 from osmosis.platform.services import users
+from osmosis.platform.services.token_use import TokenUses
 from osmosis.wire import (
     TokenCreate,
     TokenCreated,
@@ -21,6 +22,12 @@ from osmosis.wire import (
 router = APIRouter(prefix="/api/auth", tags=["auth"])
 
 TokenId = Annotated[str, Path(min_length=1, max_length=64, description="The token's id.")]
+
+
+def token_public(token: ApiToken, uses: TokenUses) -> TokenPublic:
+    """A token's metadata, its last use counted even before it is written."""
+    public = TokenPublic.model_validate(token)
+    return public.model_copy(update={"last_used_at": uses.last_used(token)})
 
 
 def created(issued: users.IssuedToken) -> TokenCreated:
@@ -37,10 +44,8 @@ def created(issued: users.IssuedToken) -> TokenCreated:
 
 
 @router.get("/whoami")
-def whoami(token: CurrentToken) -> WhoAmI:
-    return WhoAmI(
-        user=UserPublic.model_validate(token.user), token=TokenPublic.model_validate(token)
-    )
+def whoami(token: CurrentToken, uses: Uses) -> WhoAmI:
+    return WhoAmI(user=UserPublic.model_validate(token.user), token=token_public(token, uses))
 
 
 @router.delete("/token")
@@ -53,11 +58,9 @@ def revoke_own_token(token: CurrentToken, db: Db) -> TokenPublic:
 
 
 @router.get("/tokens")
-def list_own_tokens(db: Db, user: CurrentUser) -> TokenList:
+def list_own_tokens(db: Db, user: CurrentUser, uses: Uses) -> TokenList:
     """Your tokens: names, dates, last use, expiry and revocation; never their secrets."""
-    return TokenList(
-        tokens=[TokenPublic.model_validate(t) for t in users.list_tokens(db, user=user)]
-    )
+    return TokenList(tokens=[token_public(t, uses) for t in users.list_tokens(db, user=user)])
 
 
 @router.post("/tokens", status_code=201)

@@ -119,6 +119,7 @@ async def upload_dataset(
         sha256=sha256,
         overwrite=overwrite,
         max_bytes=settings.max_upload_bytes,
+        free_bytes=datasets.blob_room(settings),
     )
 
     async def body() -> AsyncIterator[bytes]:

@@ -8,6 +8,7 @@ Standard library only: `osmosis server status` reads it without importing the se
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,3 +50,38 @@ def disk_space(path: Path, *, min_free_bytes: int) -> DiskSpace:
         total_bytes=stat.f_blocks * stat.f_frsize,
         min_free_bytes=min_free_bytes,
     )
+
+
+# SQLite's result code for "database or disk is full", and PostgreSQL's SQLSTATE `disk_full`.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full_reason(error: BaseException) -> str | None:
+    """What said the disk is full, in the refuser's own words, or None for any other error.
+
+    Looks through the error, the driver error SQLAlchemy wraps (`.orig`) and their causes:
+    an `OSError` ENOSPC or EDQUOT (a blob or a log), SQLite's SQLITE_FULL ("database or disk
+    is full"), PostgreSQL's `DiskFull` (SQLSTATE 53100). Nothing is imported to check.
+
+        disk_full_reason(OSError(errno.ENOSPC, "No space left on device"))  # 'No space ...'
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        found = pending.pop()
+        if found is None or id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, OSError) and found.errno in _NO_SPACE:
+            return found.strerror or str(found)
+        if getattr(found, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return str(found)
+        if getattr(found, "sqlstate", None) == _PG_DISK_FULL:
+            return str(found).splitlines()[0] if str(found) else "disk full"
+        orig = getattr(found, "orig", None)
+        pending.extend(
+            [orig if isinstance(orig, BaseException) else None, found.__cause__, found.__context__]
+        )
+    return None

@@ -3,7 +3,9 @@
 Each error carries its code and HTTP status, so a route raises `NotFound("no user u1")`
 and the body is `{"error": {"code": "NOT_FOUND", "message": "no user u1", "details": {}}}`.
 Validation errors, HTTPExceptions and unexpected exceptions take the same shape; an
-unexpected one is logged with its traceback and answered with a bare 500.
+unexpected one is logged with its traceback and answered with a bare 500. A write the disk
+refused (SQLite's "database or disk is full", PostgreSQL's `DiskFull`, ENOSPC or EDQUOT from a
+file) is no bug of ours: it is a 507 `DISK_FULL` that says what to do, and reads go on.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from osmosis.platform.core.disk import disk_full_reason
 
 logger = logging.getLogger("osmosis.platform")
 
@@ -56,6 +60,23 @@ class NotFound(PlatformError):
 class Conflict(PlatformError):
     code = "CONFLICT"
     status_code = 409
+
+
+class DiskFull(PlatformError):
+    """A write the platform's disk (or its database's) has no room for; reads still work."""
+
+    code = "DISK_FULL"
+    status_code = 507
+
+
+def disk_full(reason: str) -> DiskFull:
+    """The 507 for a write refused by a full disk, saying what the operator can do."""
+    return DiskFull(
+        f"the platform's disk is full ({reason}): this change was not saved. Reads still "
+        "work; ask the operator to free space on the disk of the platform's home or "
+        "database, then try again (no restart needed)",
+        details={"reason": reason},
+    )
 
 
 # What an HTTPException raised by Starlette or FastAPI itself means in our vocabulary.
@@ -98,6 +119,12 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
         code = _STATUS_CODES.get(status, "PLATFORM_ERROR" if status < 500 else "INTERNAL")
         body = error_body(code, str(exc.detail))
         headers = dict(exc.headers) if exc.headers else None
+    elif (reason := disk_full_reason(exc)) is not None:
+        logger.warning(
+            "%s %s refused: the disk is full (%s)", request.method, request.url.path, reason
+        )
+        full = disk_full(reason)
+        status, body = full.status_code, error_body(full.code, full.message, full.details)
     else:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         status, body = 500, error_body("INTERNAL", "internal server error")

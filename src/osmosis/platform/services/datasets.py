@@ -33,9 +33,16 @@ from osmosis.platform.core.blobs import BlobMismatch, BlobStore, open_store
 from osmosis.platform.core.db.dataset_models import Dataset, DatasetLog, DatasetVersion
 from osmosis.platform.core.db.dialect import lock_rows
 from osmosis.platform.core.db.models import User, Workspace, utcnow
-from osmosis.platform.core.errors import Conflict, NotFound, PlatformError, ValidationFailed
+from osmosis.platform.core.disk import disk_full_reason, disk_space
+from osmosis.platform.core.errors import (
+    Conflict,
+    NotFound,
+    PlatformError,
+    ValidationFailed,
+    disk_full,
+)
 from osmosis.platform.core.settings import Settings
-from osmosis.vocabulary import MAX_PAGE
+from osmosis.vocabulary import MAX_PAGE, format_bytes
 from osmosis.wire.datasets import MAX_LOG_PAGE, PREVIEW_ROWS, name_problem
 
 NAMESPACE = "datasets"
@@ -118,6 +125,11 @@ def _fail(db: Session, *, version: DatasetVersion, step: str, message: str) -> N
 
 
 # -- upload ----------------------------------------------------------------------------------
+def blob_room(settings: Settings) -> int:
+    """Bytes free on the disk of the blob store (for `start_upload`'s `free_bytes`)."""
+    return disk_space(settings.blob_dir, min_free_bytes=0).free_bytes
+
+
 def start_upload(
     db: Session,
     *,
@@ -128,6 +140,7 @@ def start_upload(
     sha256: str,
     overwrite: bool,
     max_bytes: int,
+    free_bytes: int | None = None,
 ) -> DatasetVersion:
     """Record a new version in `uploading`, creating the dataset on its first upload.
 
@@ -135,6 +148,8 @@ def start_upload(
     `details.existing_dataset_id`, unless `overwrite`. A name whose every upload failed is
     free: there is nothing to replace. An overwrite with the bytes (SHA-256 and format) of the
     newest uploaded version returns that version: no new version for unchanged content.
+    An upload larger than `free_bytes` (the blob store's disk) is refused with 507
+    `DISK_FULL` before anything is recorded: the retry, once space is freed, starts afresh.
     """
     name, kind = parse_file_name(file_name)
     if size <= 0:
@@ -184,6 +199,11 @@ def start_upload(
             # (`receive_upload` reads and drops the body).
             return newest
         number = max(v.version for v in dataset.versions) + 1
+    if free_bytes is not None and free_bytes < size:
+        raise disk_full(
+            f"{format_bytes(free_bytes)} free on the disk of the blob store, the upload needs "
+            f"{format_bytes(size)}"
+        )
     now = utcnow()
     version = DatasetVersion(
         dataset=dataset,
@@ -253,6 +273,18 @@ async def receive_upload(
         message = f"the upload does not match what the client declared: {error}"
         await run_in_threadpool(_fail, db, version=version, step="verify", message=message)
         raise ValidationFailed(message, details=_where(version)) from None
+    except OSError as error:
+        reason = disk_full_reason(error)
+        if reason is None:
+            raise
+        # The disk filled during the upload. The version ends `error` if the database can
+        # still say so, and the name stays free for the retry once space is freed.
+        message = f"the platform's disk is full ({reason}) after {received:,} bytes"
+        try:
+            await run_in_threadpool(_fail, db, version=version, step="upload", message=message)
+        except Exception:
+            await run_in_threadpool(db.rollback)
+        raise disk_full(reason) from None
     finally:
         writer.discard()  # no-op after a commit; otherwise the partial file goes
     return await run_in_threadpool(_process, db, store=store, version=version, path=path)

@@ -21,10 +21,8 @@ from osmosis.platform.core.db.dialect import lock_rows
 from osmosis.platform.core.db.models import ApiToken, User, Workspace, WorkspaceMember, utcnow
 from osmosis.platform.core.db.web_models import WebSession
 from osmosis.platform.core.errors import AuthRequired, Conflict, NotFound, ValidationFailed
+from osmosis.platform.services.token_use import TokenUses
 from osmosis.platform.services.tokens import NEVER, hash_token, matches, new_token
-
-# Recording every use would turn each read into a write; a minute's precision is plenty.
-LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -198,9 +196,10 @@ def revoke_token(db: Session, *, token_id: str, owner: User | None = None) -> Ap
     return token
 
 
-def check_token(db: Session, *, secret: str) -> ApiToken:
+def check_token(db: Session, *, secret: str, uses: TokenUses | None = None) -> ApiToken:
     """The token whose hash matches `secret` if it may be used now, else `AuthRequired`
-    saying why (unknown or revoked, expired, user deactivated).
+    saying why (unknown or revoked, expired, user deactivated). Reads only: the use is
+    noted in `uses`, which writes it later (a full disk must not refuse every request).
 
     Lookup is by digest, so timing reveals nothing about stored secrets; the final
     compare_digest guards against a backend with case-insensitive string equality.
@@ -217,16 +216,15 @@ def check_token(db: Session, *, secret: str) -> ApiToken:
         )
     if not token.user.is_active:
         raise AuthRequired("the user of this API token is deactivated; ask an admin")
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
-        token.last_used_at = now
-        db.commit()
+    if uses is not None:
+        uses.record(token, now=now)
     return token
 
 
-def authenticate(db: Session, *, secret: str) -> ApiToken | None:
+def authenticate(db: Session, *, secret: str, uses: TokenUses | None = None) -> ApiToken | None:
     """The usable token whose hash matches `secret`, or None (see `check_token`)."""
     try:
-        return check_token(db, secret=secret)
+        return check_token(db, secret=secret, uses=uses)
     except AuthRequired:
         return None
 

@@ -61,7 +61,8 @@ def login(
     csrf_token: Annotated[str, Form(alias=CSRF_FIELD)] = "",
 ) -> Response:
     check_csrf(request, csrf_token)
-    found = authenticate(db, secret=token.strip()) if token.strip() else None
+    uses = request.app.state.token_uses
+    found = authenticate(db, secret=token.strip(), uses=uses) if token.strip() else None
     if found is None:
         return _login_page(
             request,

@@ -153,7 +153,7 @@ def page_viewer(request: Request, db: Db) -> Viewer:
     """The signed-in user, from `Authorization: Bearer` (scripts) or the session cookie."""
     secret = _bearer(request)
     if secret is not None:
-        token = authenticate(db, secret=secret)
+        token = authenticate(db, secret=secret, uses=request.app.state.token_uses)
         if token is None:
             raise LoginRequired("the API token is not valid or has been revoked")
         return Viewer(user=token.user, token=token, via="bearer", csrf="")

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from osmosis.platform.core.db.process_models import PlatformProcess
 from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.disk import disk_space
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.worker.processes import db_now, dead_here, live_processes
 
@@ -212,9 +213,16 @@ def _fair_order(
 def why_pending(db: Session, *, run: EvalRun, settings: Settings) -> str | None:
     """Why a pending run has not started, in one line (None when it is not pending): every
     slot is held (by its user's other runs, by other users'), its user is at their share
-    while others wait, or no worker process is running."""
+    while others wait, no worker process is running, or the home's disk is too full (no
+    run starts until space is freed: the scheduler checks the same floor)."""
     if run.status != "pending" or run.stop_requested:
         return None
+    space = disk_space(settings.home, min_free_bytes=settings.min_free_disk_bytes)
+    if space.low:
+        return (
+            f"waiting for disk space: {space.describe(settings.home)}; it starts once space "
+            "is freed"
+        )
     now = db_now(db)
     dead = dead_here(db)
     held = held_by_user(db, now=now, dead=dead)
