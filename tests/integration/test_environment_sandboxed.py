@@ -245,9 +245,7 @@ def test_the_same_backend_on_the_host_finds_the_secrets(tmp_path, hostile, index
     assert "OSMOSIS_ADMIN_TOKEN" in found["environ"]
 
 
-def test_a_failing_sandboxed_build_shows_no_host_path_and_no_host_content(
-    tmp_path, hostile, index
-):
+def test_a_failing_sandboxed_build_shows_no_host_path_and_no_host_content(tmp_path, hostile, index):
     """A backend that raises with what it read: the error holds uv's lines with the jail's
     paths (`/workspace`, `<venv>`), never the checkout's or the cache's host paths."""
     checkout, rollout = hostile

@@ -44,7 +44,10 @@ from osmosis.eval.results.records import AttemptRecord, FinishedAttempt, index_r
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.results.trial_outputs import (
     DEFAULT_ARTIFACT_LIMITS,
+    SKIPPED_NOTES,
+    ArtifactCopy,
     ArtifactLimits,
+    Skipped,
     copy_artifacts,
     read_trial_json,
     write_trial_json,
@@ -255,14 +258,17 @@ class RunDirectory:
         if attempt.trial_dir is not None:
             self._scrub_trial(attempt.trial_dir)
             source, dest = attempt.trial_dir / "artifacts", self.path / "artifacts" / stem
+            copied = ArtifactCopy(skipped=_skipped_before(attempt.trial_dir))
             if os.path.lexists(source) and not _nothing_to_copy(source, dest):
                 # The rollout wrote these: no link is followed, sizes are capped, secrets
                 # redacted.
+                skipped = copied.skipped
                 copied = copy_artifacts(
                     source, dest, redact=self.redact, limits=self.artifact_limits
                 )
-                if (note := copied.summary()) is not None:
-                    self.log(f"artifacts of {stem}: {note}")
+                copied.skipped[:0] = skipped
+            if (note := copied.summary()) is not None:
+                self.log(f"artifacts of {stem}: {note}")
         line = dumps(journal_entry(record)) + b"\n"
         with self._journal_lock:
             assert self._journal is not None
@@ -419,6 +425,18 @@ def _read_trial(trial_dir: Path, name: str) -> Any:
         return None
     # A file that grows past its size meanwhile is refused, as one past the limit is.
     return read_trial_json(trial_dir, name, max_bytes=min(max(size, 1), _TRIAL_JSON_LIMIT))
+
+
+def _skipped_before(trial_dir: Path) -> list[Skipped]:
+    """What a sandbox's copy already left out of this trial's artifacts (`SKIPPED_NOTES`)."""
+    notes = read_trial_json(trial_dir, SKIPPED_NOTES, max_bytes=1024 * 1024)
+    if not isinstance(notes, list):
+        return []
+    return [
+        Skipped(str(item[0]), str(item[1]))
+        for item in notes
+        if isinstance(item, list) and len(item) == 2
+    ]
 
 
 def _nothing_to_copy(source: Path, dest: Path) -> bool:

@@ -10,9 +10,11 @@ million files or a 2 GB file, or text holding a secret the run was given. The co
 - copies regular files only: FIFOs, sockets and devices are skipped and reported;
 - stops at `ArtifactLimits` (files, bytes per file, bytes in all), reporting what it left;
 - keeps no mode bits of the rollout's: copies are plain owner-only files (0600, directories
-  0700), and the files it walks, which stay on the host in the raw trial directory, lose
-  their setuid, setgid, sticky and execute bits (a rollout's setuid file is not kept as one);
-- redacts text files with the run's redactor; a binary file that holds a secret is withheld.
+  0700), and the files it walks lose their setuid, setgid, sticky and execute bits while they
+  are there (a rollout's setuid file is never kept as one);
+- redacts text files with the run's redactor; a binary file that holds a secret is withheld;
+- then removes what it copied from (`keep_source=False`, the default): the raw trial's
+  `artifacts/` is not kept beside its copy in the run's files (twice the space).
 
     copied = copy_artifacts(trial / "artifacts", run / "artifacts" / "row_0_run_0",
                             redact=redactor.redact, limits=ArtifactLimits())
@@ -28,7 +30,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,9 @@ class ArtifactLimits:
 
 
 DEFAULT_ARTIFACT_LIMITS = ArtifactLimits()
+SKIPPED_NOTES = ".osmosis-skipped.json"
+"""Left in a trial directory by a site that copied it out of a sandbox: what of `artifacts/`
+it left out and why (`[[path, reason], ...]`), for the run's copy to report as its own."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,16 @@ def copy_artifacts(
     *,
     redact: Callable[[str], str],
     limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+    names: Collection[str] | None = None,
+    keep_source: bool = False,
 ) -> ArtifactCopy:
-    """Copy the regular files below `src_dir` into a fresh `dest_dir`, safely (see module doc).
+    """Copy the regular files below `src_dir` into a fresh `dest_dir`, safely (see module doc),
+    then remove `src_dir` unless `keep_source`.
 
     `dest_dir` is replaced: whatever it held goes first (an attempt is recorded once; a retry
     under the same slot starts clean). A `src_dir` that is missing, or is itself a link, copies
-    nothing (a link is reported).
+    nothing (a link is reported, and removed). `names`: copy only these entries of `src_dir`'s
+    top level (the sandbox takes `trajectory.json`, `diagnostics.json` and `artifacts/`).
     """
     result = ArtifactCopy()
     _remove(dest_dir)
@@ -118,16 +127,20 @@ def copy_artifacts(
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
             result.skipped.append(Skipped(".", _kind_reason(src_dir)))
+            if not keep_source:
+                _remove(src_dir)
         return result
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
         target = os.open(dest_dir, _DIR_FLAGS)
         try:
-            _copy_tree(source, target, "", result, redact=redact, limits=limits)
+            _copy_tree(source, target, "", result, redact=redact, limits=limits, only=names)
         finally:
             os.close(target)
     finally:
         os.close(source)
+    if not keep_source:
+        _remove(src_dir, missing_ok=True)
     return result
 
 
@@ -197,8 +210,11 @@ def _copy_tree(
     *,
     redact: Callable[[str], str],
     limits: ArtifactLimits,
+    only: Collection[str] | None = None,
 ) -> None:
     for name in _names(source):
+        if only is not None and name not in only:
+            continue
         relative = f"{prefix}{name}"
         try:
             info = os.stat(name, dir_fd=source, follow_symlinks=False)
@@ -354,14 +370,15 @@ def _names(folder: int) -> Iterator[str]:
     yield from names
 
 
-def _remove(path: Path) -> None:
-    """Delete `path` whatever it is, never following a link out of it."""
+def _remove(path: Path, *, missing_ok: bool = False) -> None:
+    """Delete `path` whatever it is, never following a link out of it. `missing_ok`: what
+    cannot be removed (a rollout made it unreadable, it went meanwhile) is left."""
     try:
         info = path.lstat()
     except FileNotFoundError:
         return
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(path)  # rmtree does not follow links inside the tree
+        shutil.rmtree(path, ignore_errors=missing_ok)  # rmtree does not follow links inside
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -174,6 +174,7 @@ def build_site(spec: SiteSpec, context: SiteContext) -> Site:
             log=context.log,
             redactor=context.redactor,
             base_env=spec.base_env,
+            artifact_limits=context.artifact_limits,  # what of an attempt's files is copied out
         )
     assert_never(spec)
 

@@ -305,6 +305,14 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "sandbox_disk_bytes",
+        "OSMOSIS_SANDBOX_DISK_BYTES",
+        0,
+        "Disk one sandboxed rollout server may hold at once: its attempts' files, its outbox, "
+        "/tmp and HOME (default 0: the artifact limit times the server's concurrency).",
+        int,
+    ),
+    Setting(
         "sandbox_cpu_seconds",
         "OSMOSIS_SANDBOX_CPU_SECONDS",
         3600,
@@ -469,6 +477,7 @@ class Settings:
     sandbox_processes: int = 512
     sandbox_file_bytes: int = 1024**3
     sandbox_artifact_bytes: int = 2 * 1024**3
+    sandbox_disk_bytes: int = 0
     sandbox_cpu_seconds: int = 3600
     sandbox_bwrap: Path | None = None
 
@@ -555,6 +564,8 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if self.sandbox_disk_bytes < 0:
+            raise SettingsError("sandbox_disk_bytes must not be negative (0: the default)")
         if self.sandbox_cpu_seconds < 0:
             raise SettingsError("sandbox_cpu_seconds must not be negative (0: no limit)")
 

@@ -308,6 +308,7 @@ class _Worker:
                 processes=self.settings.sandbox_processes,
                 file_bytes=self.settings.sandbox_file_bytes,
                 artifact_bytes=self.settings.sandbox_artifact_bytes,
+                disk_bytes=self.settings.sandbox_disk_bytes or None,
                 cpu_seconds=self.settings.sandbox_cpu_seconds,
             ),
             bwrap=self.settings.sandbox_bwrap,

@@ -22,8 +22,9 @@ before another worker's resume can be disturbed, and its run is left to its new 
 worker that exits without giving its run a final status fails the run with a log line that
 says so; when even that cannot be written (a full disk: the database refuses), the run stays
 held and is tried again later, backing off up to a minute. A round whose claim the database
-refuses backs off the same way. A worker killed by a signal (SIGKILL, the OOM killer) is not
-the run's fault: the run is given back and resumed from its journal, up to
+refuses backs off the same way. A worker that dies leaves its run's sandbox outbox behind: it is
+removed before the run is settled or resumed. A worker killed by a signal (SIGKILL, the OOM
+killer) is not the run's fault: the run is given back and resumed from its journal, up to
 `OSMOSIS_RUN_CRASH_RESUMES` times; the next such death fails it, naming the signal.
 
 Once at start and then hourly, the git mirrors of workspaces that no longer exist are removed
@@ -57,6 +58,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 # The rollout process's parent-death hook serves the worker just as well.
 from osmosis.eval.sites.rollout_process import _die_with_parent_hook
+from osmosis.eval.sites.sandbox.disk import remove_stale
 from osmosis.platform.core.crypto import KEY_ENV
 from osmosis.platform.core.db.models import Workspace, utcnow
 from osmosis.platform.core.db.run_models import EvalRun
@@ -79,6 +81,7 @@ BACKOFF_MAX_SEC = 60.0
 SELF_FENCE_SHARE = 0.8
 MIRROR_SWEEP_SEC = 3600.0
 _TAIL_BYTES = 4096
+_TRIALS = "rollout_trials"  # a run directory's trials root (`osmosis.eval.host.run`)
 T = TypeVar("T")
 
 
@@ -487,6 +490,11 @@ class Scheduler:
             if run.exit_code is None or run.due > now:
                 continue
             code = run.exit_code
+            if code not in (0, leases.TEMPFAIL):
+                # Its sandbox died with it; what the rollout wrote there did not (a full
+                # outbox would fill the disk again on resume). The run is still ours: no
+                # other engine uses its directory.
+                await asyncio.to_thread(remove_stale, run_dir(self._settings, run_id) / _TRIALS)
             try:
                 await self._db(lambda: self._settle(run_id, run.epoch, code))  # noqa: B023
             except Exception as error:

@@ -104,7 +104,9 @@ def test_file_count_file_size_and_total_bytes_are_capped(tmp_path: Path) -> None
     (artifacts / "huge.txt").write_bytes(b"y" * 1000)
     limits = ArtifactLimits(max_files=4, max_file_bytes=500, max_total_bytes=250)
 
-    copied = copy_artifacts(artifacts, tmp_path / "dest", redact=redact, limits=limits)
+    copied = copy_artifacts(
+        artifacts, tmp_path / "dest", redact=redact, limits=limits, keep_source=True
+    )
 
     assert sorted(p.name for p in (tmp_path / "dest").iterdir()) == ["f0.txt", "f1.txt"]
     assert (copied.files, copied.bytes) == (2, 200)
@@ -179,7 +181,7 @@ def test_a_setuid_file_is_copied_plain_and_loses_its_bits_in_the_raw_trial(tmp_p
     dest = tmp_path / "run" / "artifacts" / "row_0_run_0"
 
     copied = copy_artifacts(
-        artifacts, dest, redact=redact, limits=ArtifactLimits(max_file_bytes=50)
+        artifacts, dest, redact=redact, limits=ArtifactLimits(max_file_bytes=50), keep_source=True
     )
 
     assert copied.files == 2
@@ -193,3 +195,19 @@ def test_a_setuid_file_is_copied_plain_and_loses_its_bits_in_the_raw_trial(tmp_p
         assert stat.S_IMODE(raw.stat().st_mode) & risky == 0, raw
     assert stat.S_IMODE(tool.stat().st_mode) == 0o644
     assert stat.S_IMODE((artifacts / "bin").stat().st_mode) == 0o755
+
+
+def test_the_raw_trial_is_dropped_once_copied_and_only_named_entries_are_taken(tmp_path):
+    """The raw `artifacts/` is not kept beside its copy (issue 25.4: twice the space)."""
+    trial = tmp_path / "trial"
+    (trial / "artifacts").mkdir(parents=True)
+    (trial / "artifacts" / "out.txt").write_text("kept\n")
+    (trial / "trajectory.json").write_text("{}")
+    (trial / "junk.bin").write_bytes(b"x" * 1000)
+    dest = tmp_path / "taken"
+
+    copied = copy_artifacts(trial, dest, redact=redact, names=("artifacts", "trajectory.json"))
+
+    assert copied.files == 2 and not trial.exists()
+    assert (dest / "artifacts" / "out.txt").read_text() == "kept\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["artifacts", "trajectory.json"]

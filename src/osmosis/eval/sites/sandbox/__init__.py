@@ -29,7 +29,8 @@ server (`osmosis.eval.sites.sandbox.site.SandboxSite`) runs as
   `child_environment` adds (protocol, offline settings, `[env]`, declared secrets).
 - **Limits** (`limits`, `policy.SandboxLimits`): memory and processes through a cgroup (v2,
   else v1, else rlimits, said in the run's log), file size and CPU seconds through rlimits,
-  output bytes per attempt checked when it ends. A limit hit fails that attempt
+  output bytes per attempt and the server's whole disk (outbox, `/tmp`, `HOME`) measured
+  while it runs (`disk`). A limit hit fails that attempt
   `resource_limit` (the site says so with a typed `sites.api.ResourceLimitBreach`); the server
   is restarted and the other attempts it ran go back to pending.
 

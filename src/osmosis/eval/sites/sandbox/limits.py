@@ -73,8 +73,21 @@ class LimitGroup:
             f"limits via {self.mechanism}: memory {memory}, {self.limits.processes} processes, "
             f"files up to {format_bytes(self.limits.file_bytes, exact=True)}, "
             f"{format_bytes(self.limits.artifact_bytes, exact=True)} of outputs per attempt, "
+            + (
+                f"{format_bytes(self.limits.disk_bytes, exact=True)} of disk per server, "
+                if self.limits.disk_bytes is not None
+                else "disk per server: outputs per attempt x its concurrency, "
+            )
             + (f"{self.limits.cpu_seconds} CPU s per process" if self.limits.cpu_seconds else "")
         ).rstrip(", ")
+
+    def pids(self, root: int | None) -> list[int]:
+        """Host pids of every process of the sandbox: the group's, or without a group the
+        descendants of `root` (bwrap's pid), read from `/proc`."""
+        directory = self.pids_dir or self.memory_dir
+        if directory is not None:
+            return _pids(directory)
+        return [] if root is None else _descendants(root)
 
     # -- entering ------------------------------------------------------------------------------
     def prepare_join(self) -> Callable[[], None] | None:
@@ -303,6 +316,28 @@ def _pids(directory: Path) -> list[int]:
         return [int(line) for line in (directory / "cgroup.procs").read_text().split()]
     except (OSError, ValueError):
         return []
+
+
+def _descendants(root: int) -> list[int]:
+    """`root` and every process below it (one pass over `/proc`'s parent links)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 1:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
 
 
 def _keyed(path: Path, key: str) -> int:

@@ -40,11 +40,28 @@ class SandboxLimits:
     """Bytes one attempt may leave in its trial directory (trajectory and artifacts)."""
     cpu_seconds: int = 3600
     """CPU time of each process of the rollout (`RLIMIT_CPU`); 0: no limit."""
+    disk_bytes: int | None = None
+    """Bytes one rollout server may hold at once in the places it writes, counted while it
+    runs (`osmosis.eval.sites.sandbox.disk`): its attempts' directories in the outbox, what its
+    processes write there after an attempt ended, anything written elsewhere in the outbox,
+    and its `/tmp` and `HOME`. None: `artifact_bytes` times the attempts the server runs at
+    once (its `/health` concurrency, 1 when it does not say): each may hold its full outputs."""
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "processes", "file_bytes", "artifact_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sandbox limit {name} must be at least 1")
+        if self.disk_bytes is not None and self.disk_bytes < 1:
+            raise ValueError("sandbox limit disk_bytes must be at least 1 (None: the default)")
+
+    def disk_quota(self, capacity: int | None) -> int:
+        """`disk_bytes`, or its default for a server that runs `capacity` attempts at once.
+
+        SandboxLimits(artifact_bytes=MiB).disk_quota(8)  # 8 MiB
+        """
+        if self.disk_bytes is not None:
+            return self.disk_bytes
+        return self.artifact_bytes * max(1, capacity or 1)
         if self.cpu_seconds < 0:
             raise ValueError("sandbox limit cpu_seconds must not be negative (0: none)")
 

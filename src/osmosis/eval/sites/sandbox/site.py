@@ -19,16 +19,22 @@ sandbox itself):
   The engine reaches the server through a Unix socket whose listening descriptor the shim
   holds; the rollout reaches the bridge through the shim and this site's `BridgeForwarder`.
 - **Outputs.** The rollout writes its attempts under `<trials_root>.sandbox/<rollout_id>`
-  (the only writable bind). `trial()` moves `trajectory.json`, `diagnostics.json` (regular
-  files) and `artifacts/` (a real directory) into a fresh `trials_root/<rollout_id>` the
-  sandbox cannot see, so nothing the engine reads can be swapped for a link afterwards.
-- **Limits.** A watcher reads the cgroup's counters; when the memory or process limit is hit
-  it marks the endpoint dead with its `breach` (a `ResourceLimitBreach`, also its
-  `death_reason` in words) *before* it kills the sandbox, so the engine charges the attempt
-  that ran alone on it and requeues the others as suspects (re-run alone). A finished attempt
-  whose files reached the file-size limit or exceed the output bytes is answered as a
-  `ResultWithBreach` (a failure `resource_limit`) instead of its result. Restarts after a
-  resource limit do not use the endpoint's restart budget.
+  (the only writable bind). When an attempt ends its directory is renamed out of the
+  sandbox's reach, and `trial()` *copies* `trajectory.json`, `diagnostics.json` and
+  `artifacts/` from it (regular files only, no links, no mode bits, capped at the attempt's
+  limits) into a fresh `trials_root/<rollout_id>`; what a leftover process of the attempt
+  writes afterwards lands in the renamed directory, where it is counted, never in a kept file
+  (`osmosis.eval.sites.sandbox.disk`).
+- **Limits.** A watcher reads the cgroup's counters and, every second, the disk the server
+  holds (its attempts in the outbox, stray files there, its `/tmp` and `HOME`); when the
+  memory, process or disk limit is hit, or an attempt in flight goes past its output limit, it
+  marks the endpoint dead with its `breach` (a `ResourceLimitBreach`, also its `death_reason`
+  in words) *before* it kills the sandbox, so the engine charges the attempt that ran alone on
+  it and requeues the others as suspects (re-run alone). A finished attempt whose files
+  reached the file-size limit or exceed the output bytes is answered as a `ResultWithBreach`
+  (a failure `resource_limit`) instead of its result, and keeps no files; one that leaves the
+  server past its disk quota ends the server the same way as the watcher does. Restarts after
+  a resource limit do not use the endpoint's restart budget.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -49,7 +56,20 @@ from urllib.parse import urlsplit
 
 from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
 from osmosis.eval.results.redact import Redactor
-from osmosis.eval.sites.api import Lease, ResourceLimitBreach, ResultWithBreach, RolloutAPI
+from osmosis.eval.results.trial_outputs import (
+    DEFAULT_ARTIFACT_LIMITS,
+    SKIPPED_NOTES,
+    ArtifactLimits,
+    copy_artifacts,
+    write_trial_json,
+)
+from osmosis.eval.sites.api import (
+    Lease,
+    ResourceLimitBreach,
+    ResultWithBreach,
+    RolloutAPI,
+    RolloutServerUnavailable,
+)
 from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.local import (
     DEFAULT_MAX_RESTARTS,
@@ -64,6 +84,7 @@ from osmosis.eval.sites.rollout_process import (
     RolloutProcess,
     RolloutStartError,
 )
+from osmosis.eval.sites.sandbox import disk
 from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.layout import (
     BRIDGE_SOCKET,
@@ -80,6 +101,7 @@ from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, 
 from osmosis.eval.sites.seam import Endpoint
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 from osmosis.rollout.types import RolloutStatus
+from osmosis.vocabulary import format_bytes
 
 SHIM_SOURCE = Path(__file__).resolve().with_name("shim.py")
 MAX_LIMIT_RESTARTS = 100
@@ -87,12 +109,16 @@ MAX_LIMIT_RESTARTS = 100
 
 _SITE_PREFIX = "osmosis-sbx-"
 _WATCH_SEC = 0.2
+_DISK_EVERY = 5  # the disk is measured every fifth round of the watcher: once a second
+_SETTLE_SEC = 1.0  # how long an ended attempt's leftover process may hold its files
 _INFO_WAIT_SEC = 10.0
-_TRIAL_FILES = ("trajectory.json", "diagnostics.json")
+_TRIAL_NAMES = ("trajectory.json", "diagnostics.json", "artifacts")
+_TRIAL_DOCUMENT_BYTES = 64 * 1024 * 1024  # what the run reads of trajectory.json at most
 
 
 class SandboxEndpoint(LocalEndpoint):
-    """One sandboxed rollout server: its process, its cgroup, its socket, its verdicts."""
+    """One sandboxed rollout server: its process, its cgroup, its socket, its verdicts, and
+    the disk it holds (see `osmosis.eval.sites.sandbox.disk`)."""
 
     def __init__(
         self,
@@ -103,17 +129,34 @@ class SandboxEndpoint(LocalEndpoint):
         capacity: int | None,
         trials_root: Path,
         outbox: Path,
+        ended: Path,
+        claimed: set[str],
         group: LimitGroup,
         slirp: Slirp | None,
         socket_path: Path,
+        trial_limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+        log: Callable[[str], None] = lambda _line: None,
     ) -> None:
         super().__init__(name, process, client, capacity=capacity, trials_root=trials_root)
         self.outbox = outbox
+        self.ended = ended
+        """This server's attempts that ended, out of the sandbox's reach until let go."""
         self.group = group
         self.slirp = slirp
         self.socket_path = socket_path
         self.limit_hit: str | None = None
         """Which limit killed the server, in words; None while it has not."""
+        self.disk_quota = group.limits.disk_quota(capacity)
+        """Bytes this server may hold at once (`SandboxLimits.disk_bytes`)."""
+        self.running: set[str] = set()
+        """Rollout ids started here whose directory is still in the outbox."""
+        self._claimed = claimed  # every endpoint's `running`, the site's: the rest is stray
+        self._awaiting: set[str] = set()  # ended, not yet taken by `trial()`
+        self._dropped: set[str] = set()  # ended over a limit: nothing of them is kept
+        self._last = disk.DiskUse()
+        self._mount_pid: int | None = None
+        self._log = log
+        self._trial_limits = trial_limits
         self._dead = asyncio.Event()
         self._api = _LimitedAPI(client, self)
         self._watcher = asyncio.create_task(self._watch(), name=f"sandbox-watch-{name}")
@@ -137,35 +180,81 @@ class SandboxEndpoint(LocalEndpoint):
             return None
         return ResourceLimitBreach(f"rollout server {self.name!r}", self.limit_hit)
 
-    async def trial(self, rollout_id: str) -> Path | None:
-        return await asyncio.to_thread(self._take_trial, rollout_id)
+    # -- attempts ----------------------------------------------------------------------------
+    def claim(self, rollout_id: str) -> None:
+        """The attempt is about to start here: its outbox entry counts as this server's."""
+        self.running.add(rollout_id)
+        self._claimed.add(rollout_id)
 
-    def _take_trial(self, rollout_id: str) -> Path | None:
-        """Move what the engine reads out of the sandbox's reach (see the module docstring)."""
-        source = self.outbox / rollout_id
+    async def finish(self, rollout_id: str, result: RolloutResultResponse) -> RolloutResultResponse:
+        """The attempt ended: retire its directory, judge it, and judge the server's disk.
+
+        Over the attempt's own limits: a `ResultWithBreach` (nothing of it is kept). The
+        server past its disk quota: it is ended as the watcher would (`RolloutServerUnavailable`
+        here; the engine charges the attempt alone on it)."""
+        self._awaiting.add(rollout_id)  # before the rename: the watcher must not let it go
         try:
-            if not stat.S_ISDIR(os.lstat(source).st_mode):
-                return None
-        except OSError:
-            return None
-        dest = self._trials_root / rollout_id
-        dest.mkdir(parents=True, exist_ok=True)
-        for name, wanted in (
-            *((n, stat.S_ISREG) for n in _TRIAL_FILES),
-            ("artifacts", stat.S_ISDIR),
-        ):
-            with contextlib.suppress(OSError):
-                os.rename(source / name, dest / name)
-            with contextlib.suppress(OSError):
-                if not wanted(os.lstat(dest / name).st_mode):  # swapped for a link meanwhile
-                    _remove(dest / name)
-        _remove(source)
-        return dest
+            verdict, over = await asyncio.to_thread(self._settle, rollout_id, result)
+        finally:
+            self.running.discard(rollout_id)
+            self._claimed.discard(rollout_id)
+        if over is not None and self.limit_hit is None:
+            self.limit_hit = over
+            await self._end_for_limit()
+        if self.limit_hit is not None:
+            raise RolloutServerUnavailable(
+                f"rollout server {self.name!r} was stopped: {self.limit_hit}"
+            )
+        if verdict is None:
+            return result
+        self._dropped.add(rollout_id)
+        breach = ResourceLimitBreach("the attempt", verdict)
+        return ResultWithBreach(
+            rollout_id=rollout_id,
+            status=RolloutStatus.FAILURE,
+            err_message=str(breach),
+            breach=breach,
+        )
+
+    async def discard(self, rollout_ids: Sequence[str]) -> None:
+        """Attempts cancelled here: nothing of them is kept, their space comes back."""
+        ids = [i for i in rollout_ids if i in self.running]
+        if not ids:
+            return
+        await asyncio.to_thread(self._retire_all, ids)
+        for rollout_id in ids:
+            self.running.discard(rollout_id)
+            self._claimed.discard(rollout_id)
+
+    def _retire_all(self, rollout_ids: Sequence[str]) -> None:
+        for rollout_id in rollout_ids:
+            if disk.retire(self.outbox / rollout_id, self.ended / rollout_id):
+                self._let_go(self.ended / rollout_id)
+
+    def _settle(
+        self, rollout_id: str, result: RolloutResultResponse
+    ) -> tuple[str | None, str | None]:
+        """Retire the attempt's directory; wait up to `_SETTLE_SEC` while a process of the
+        sandbox still holds some of it (its writes count against the attempt meanwhile).
+        Returns the attempt's verdict and the server's disk verdict."""
+        directory = self.ended / rollout_id
+        if disk.retire(self.outbox / rollout_id, directory):
+            give_up = time.monotonic() + _SETTLE_SEC
+            while (
+                disk.attempt_usage(directory, self.group.limits) is None
+                and time.monotonic() < give_up
+                and disk.held(directory, self._pids())
+            ):
+                time.sleep(0.1)
+        verdict = self.attempt_verdict(rollout_id, result)
+        use = self._measure(walk_running=False)
+        others = sum(t.bytes for i, t in self._last.attempts.items() if i != rollout_id)
+        return verdict, self._over_quota(use.total + others)
 
     def attempt_verdict(self, rollout_id: str, result: RolloutResultResponse) -> str | None:
         """The limit a finished attempt exceeded, in words; None when it stayed within."""
         limits = self.group.limits
-        usage = _usage(self.outbox / rollout_id, limits)
+        usage = disk.attempt_usage(self.ended / rollout_id, limits)
         if usage is not None:
             return usage
         message = result.err_message or ""
@@ -177,26 +266,129 @@ class SandboxEndpoint(LocalEndpoint):
             return f"memory limit ({limits.memory_bytes} bytes of address space): MemoryError"
         return None
 
+    async def trial(self, rollout_id: str) -> Path | None:
+        try:
+            return await asyncio.to_thread(self._take_trial, rollout_id)
+        finally:
+            self._awaiting.discard(rollout_id)
+            self._dropped.discard(rollout_id)
+
+    def _take_trial(self, rollout_id: str) -> Path | None:
+        """Copy what the engine reads out of the ended attempt (see the module docstring);
+        an attempt over a limit, or on a server a limit ended, keeps nothing."""
+        source = self.ended / rollout_id
+        if rollout_id in self._dropped or self.limit_hit is not None:
+            self._let_go(source)
+            return None
+        try:
+            if not stat.S_ISDIR(os.lstat(source).st_mode):
+                return None
+        except OSError:
+            return None
+        dest = self._trials_root / rollout_id
+        copied = copy_artifacts(
+            source,
+            dest,
+            redact=_unchanged,  # the run's copy redacts (`host.run_dir`)
+            limits=self._trial_limits,
+            names=_TRIAL_NAMES,
+            keep_source=True,
+        )
+        # The run's own copy names what was left out, under the attempt's row and run index.
+        skipped = [
+            [item.path.removeprefix("artifacts/"), item.reason]
+            for item in copied.skipped
+            if item.path.startswith("artifacts/")
+        ]
+        if skipped:
+            write_trial_json(dest, SKIPPED_NOTES, skipped)
+        if (note := copied.summary()) is not None and len(skipped) < len(copied.skipped):
+            self._log(f"trial {rollout_id}: {note}")
+        self._let_go(source)
+        return dest
+
+    def _let_go(self, directory: Path) -> None:
+        """Empty an ended attempt's directory, and remove it unless a process holds it (the
+        watcher removes it once none does; stopping the server at the latest)."""
+        disk.empty(directory)
+        if not disk.held(directory, self._pids()):
+            disk.remove(directory)
+
+    # -- the watcher -------------------------------------------------------------------------
     async def _watch(self) -> None:
         exited = self.process.exited
+        rounds = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(exited.wait(), _WATCH_SEC)
+            rounds += 1
             if self.limit_hit is None:
                 self.limit_hit = await asyncio.to_thread(self.group.exceeded)
                 if self.limit_hit is None and exited.is_set():
                     self.limit_hit = _rlimit_death(self.process.returncode, self.group.limits)
+            if self.limit_hit is None and not exited.is_set() and rounds % _DISK_EVERY == 0:
+                self.limit_hit = await asyncio.to_thread(self._disk_hit)
             if self.limit_hit is not None and not exited.is_set():
-                # Dead first: the engine sorts the attempts in flight before the kill drops
-                # their connections (the charged one is then recorded, not requeued).
-                self._dead.set()
-                await asyncio.sleep(0)
-                await asyncio.to_thread(self.group.kill)
-                await self.process.stop(grace=0)
+                await self._end_for_limit()
             if exited.is_set():
                 self._dead.set()
                 return
 
+    async def _end_for_limit(self) -> None:
+        # Dead first: the engine sorts the attempts in flight before the kill drops their
+        # connections (the charged one is then recorded, not requeued).
+        self._dead.set()
+        await asyncio.sleep(0)
+        await asyncio.to_thread(self.group.kill)
+        await self.process.stop(grace=0)
+
+    def _disk_hit(self) -> str | None:
+        """The disk limit the server is past now, in words; None within (module docstring
+        of `disk`). Lets go of ended attempts no process holds any longer."""
+        use = self._last = self._measure(walk_running=True)
+        limits = self.group.limits
+        for found in use.attempts.values():
+            if found.entries > MAX_TRIAL_ENTRIES:
+                return f"limit of {MAX_TRIAL_ENTRIES} files and directories (an attempt in flight)"
+            if found.bytes > limits.artifact_bytes:
+                return (
+                    f"output limit ({limits.artifact_bytes} bytes per attempt): an attempt in "
+                    "flight wrote more"
+                )
+        if use.stray.entries > MAX_TRIAL_ENTRIES:
+            return f"limit of {MAX_TRIAL_ENTRIES} files and directories (outside any attempt)"
+        lingering = [n for n in _names(self.ended) if n not in self._awaiting]
+        if lingering:
+            pids = self._pids()
+            for name in lingering:
+                if name not in self._awaiting and not disk.held(self.ended / name, pids):
+                    disk.remove(self.ended / name)
+        return self._over_quota(use.total)
+
+    def _measure(self, *, walk_running: bool) -> disk.DiskUse:
+        pids = self._pids()
+        self._mount_pid = disk.mount_pid(pids, self._mount_pid)
+        return disk.measure(
+            self.outbox,
+            self.ended,
+            running=self.running if walk_running else (),
+            claimed=self._claimed,
+            mount_pid=self._mount_pid,
+            cap=MAX_TRIAL_ENTRIES,
+        )
+
+    def _over_quota(self, total: int) -> str | None:
+        if total <= self.disk_quota:
+            return None
+        return (
+            f"disk quota ({format_bytes(self.disk_quota, exact=True)} per rollout server: "
+            f"its attempts' outputs, the outbox, /tmp and HOME): it held {format_bytes(total)}"
+        )
+
+    def _pids(self) -> list[int]:
+        return self.group.pids(self.process.pid)
+
+    # -- stopping ----------------------------------------------------------------------------
     async def stop(self) -> None:
         self._watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -205,19 +397,30 @@ class SandboxEndpoint(LocalEndpoint):
             await super().stop()
         finally:
             await asyncio.to_thread(self._release)
+            for rollout_id in self.running:
+                self._claimed.discard(rollout_id)
+            self.running.clear()
 
     def _release(self) -> None:
+        """After the server: its processes, cgroup, network, socket, and the disk it held
+        (its attempts' directories, the ended ones, what no attempt claims in the outbox)."""
         self.group.kill()
         self.group.remove()
         if self.slirp is not None:
             self.slirp.stop()
         with contextlib.suppress(OSError):
             self.socket_path.unlink()
+        for rollout_id in list(self.running):
+            disk.remove(self.outbox / rollout_id)
+        for name in _names(self.outbox):
+            if name not in self._claimed:
+                disk.remove(self.outbox / name)
+        disk.remove(self.ended)
 
 
 class _LimitedAPI:
-    """The endpoint's `RolloutClient`, with each finished attempt checked against the file
-    limits (a limit exceeded answers a `ResultWithBreach` instead of the result)."""
+    """The endpoint's `RolloutClient`, with each attempt's outbox entry claimed before it
+    starts and each finished attempt judged by the endpoint (`SandboxEndpoint.finish`)."""
 
     def __init__(self, client: RolloutClient, endpoint: SandboxEndpoint) -> None:
         self._client = client
@@ -227,25 +430,24 @@ class _LimitedAPI:
         return await self._client.health()
 
     async def start(self, request: RolloutInitRequest) -> Lease:
-        return await self._client.start(request)
+        self._endpoint.claim(request.rollout_id)
+        try:
+            return await self._client.start(request)
+        except BaseException:
+            await asyncio.shield(self._endpoint.discard([request.rollout_id]))
+            raise
 
     async def wait(
         self, lease: Lease, *, deadline_sec: float | None = None
     ) -> RolloutResultResponse:
         result = await self._client.wait(lease, deadline_sec=deadline_sec)
-        verdict = await asyncio.to_thread(self._endpoint.attempt_verdict, lease.rollout_id, result)
-        if verdict is None:
-            return result
-        breach = ResourceLimitBreach("the attempt", verdict)
-        return ResultWithBreach(
-            rollout_id=lease.rollout_id,
-            status=RolloutStatus.FAILURE,
-            err_message=str(breach),
-            breach=breach,
-        )
+        return await self._endpoint.finish(lease.rollout_id, result)
 
     async def cancel(self, rollout_ids: list[str]) -> dict[str, str]:
-        return await self._client.cancel(rollout_ids)
+        try:
+            return await self._client.cancel(rollout_ids)
+        finally:
+            await self._endpoint.discard(rollout_ids)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -272,6 +474,7 @@ class SandboxSite(LocalProcessSite):
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
         base_env: Mapping[str, str] | None = None,
+        artifact_limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
     ) -> None:
         super().__init__(
             environment,
@@ -295,7 +498,17 @@ class SandboxSite(LocalProcessSite):
         self.bridge_port = port
         self.bridge_address = bridge_address
         self.hidden = tuple(hidden)
-        self.outbox = trials_root.parent / f"{trials_root.name}.sandbox"
+        self.outbox = trials_root.parent / f"{trials_root.name}{disk.OUTBOX_SUFFIX}"
+        self.ended = trials_root.parent / f"{trials_root.name}{disk.ENDED_SUFFIX}"
+        """Each server's attempts that ended, out of the sandbox's reach (`disk`)."""
+        # What `trial()` copies of an attempt: the run's artifact limits, and the two
+        # documents (as the Ray site ships them).
+        self.trial_limits = ArtifactLimits(
+            max_files=artifact_limits.max_files + 2,
+            max_file_bytes=max(artifact_limits.max_file_bytes, _TRIAL_DOCUMENT_BYTES),
+            max_total_bytes=artifact_limits.max_total_bytes + 2 * _TRIAL_DOCUMENT_BYTES,
+        )
+        self._claimed: set[str] = set()  # every server's attempts in flight
         self.support: SandboxSupport | None = None
         self._site_dir: Path | None = None
         self._forwarder: BridgeForwarder | None = None
@@ -308,6 +521,8 @@ class SandboxSite(LocalProcessSite):
         self.support = await asyncio.to_thread(probe_sandbox, self.policy.bwrap)
         self.support.require()
         await asyncio.to_thread(_sweep_site_dirs)
+        # A killed engine's outbox (the run is resumed): its files belong to no one now.
+        await asyncio.to_thread(disk.remove_stale, self.trials_root)
         self._site_dir = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))  # 0700: ours only
         (self._site_dir / "owner.pid").write_text(str(os.getpid()))
         write_etc(self._site_dir, self.policy.network)
@@ -344,7 +559,7 @@ class SandboxSite(LocalProcessSite):
         site_dir, self._site_dir = self._site_dir, None
         if site_dir is not None:
             await asyncio.to_thread(shutil.rmtree, site_dir, True)
-        await asyncio.to_thread(_remove, self.outbox)
+        await asyncio.to_thread(disk.remove_stale, self.trials_root)
 
     def _free_restart(self, endpoint: Endpoint) -> str | None:
         if (
@@ -416,9 +631,13 @@ class SandboxSite(LocalProcessSite):
             capacity=capacity,
             trials_root=self.trials_root,
             outbox=self.outbox,
+            ended=self.ended / socket_path.stem,
+            claimed=self._claimed,
             group=group,
             slirp=launcher.slirp,
             socket_path=socket_path,
+            trial_limits=self.trial_limits,
+            log=self.log,
         )
 
 
@@ -545,35 +764,16 @@ def _read_child_pid(fd: int) -> int:
             return int(json.loads(data)["child-pid"])
 
 
-def _usage(directory: Path, limits: SandboxLimits) -> str | None:
-    """Whether an attempt's directory broke a file limit: a file at the file-size limit (the
-    kernel stopped it there), more bytes or entries than allowed. Links are not followed."""
-    total = entries = 0
-    stack = [directory]
-    while stack:
-        try:
-            scan = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with scan:
-            for entry in scan:
-                entries += 1
-                if entries > MAX_TRIAL_ENTRIES:
-                    return f"limit of {MAX_TRIAL_ENTRIES} files and directories"
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(Path(entry.path))
-                elif stat.S_ISREG(info.st_mode):
-                    if info.st_size >= limits.file_bytes:
-                        name = os.path.relpath(entry.path, directory)
-                        return f"file size limit ({limits.file_bytes} bytes): {name}"
-                    total += info.st_size
-                    if total > limits.artifact_bytes:
-                        return f"output limit ({limits.artifact_bytes} bytes per attempt)"
-    return None
+def _names(directory: Path) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries]
+    except OSError:
+        return []
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _rlimit_death(returncode: int | None, limits: SandboxLimits) -> str | None:
@@ -599,17 +799,6 @@ def _release_group(group: LimitGroup, socket_path: Path) -> None:
     group.remove()
     with contextlib.suppress(OSError):
         socket_path.unlink()
-
-
-def _remove(path: Path) -> None:
-    """Remove a file, link or tree without following links (what the rollout left)."""
-    try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links are not followed
-        else:
-            path.unlink()
-    except OSError:
-        pass
 
 
 __all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite"]

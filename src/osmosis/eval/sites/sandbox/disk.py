@@ -1,0 +1,357 @@
+"""Disk held by sandboxed rollout servers, counted while they run, and given back.
+
+    use = measure(outbox, ended, running={"r1"}, claimed={"r1", "r2"}, mount_pid=pid)
+    use.total                       # bytes: attempts, leftovers, stray files, /tmp and HOME
+    use.attempts["r1"]              # Tree(bytes=..., entries=...)
+    retire(outbox / "r1", ended / "r1")      # out of the sandbox's reach, held files still counted
+    held(ended / "r1", pids)        # does a process of the sandbox still hold any of it?
+
+Design note (issue 25.4)
+------------------------
+
+A rollout server writes in three places: the site's outbox (`<trials_root>.sandbox`, bound
+read-write; each attempt writes `<rollout_id>/` there, but any process may write anywhere in
+it), and its own tmpfs `/tmp` and `HOME`. All three count against one quota per server
+(`SandboxLimits.disk_bytes`), measured every second by the endpoint's watcher and once more
+when an attempt ends, before it is recorded:
+
+- **What counts.** Allocated bytes (`st_blocks`, so a sparse file counts what it holds) of the
+  outbox entries of the server's attempts in flight, of entries no attempt of the site claims
+  (stray files at the outbox's root: charged to every server, since any could have written
+  them), of the server's ended attempts still held by one of its processes (below), and the
+  used blocks of its `/tmp` and `HOME` (`statvfs` through `/proc/<pid>/root` of a process in
+  the sandbox's mount namespace). An attempt in flight past `artifact_bytes` or
+  `MAX_TRIAL_ENTRIES` is a breach at once, not only when it ends.
+- **A breach** is the sandbox's limit path (`SandboxEndpoint.limit_hit`): the server is
+  killed, the attempt alone on it fails `resource_limit`, several go back to pending to re-run
+  alone. Killing the sandbox frees its tmpfs; stopping the endpoint removes its outbox entries,
+  its ended attempts and the unclaimed entries of the outbox.
+- **An attempt ends**: its directory is renamed out of the outbox (`retire`) into the
+  server's `ended/` directory, which the sandbox cannot name; a process that still holds a file
+  or directory of it can write on, but only there, where it is still counted. What the engine
+  reads is *copied* out of it (regular files only, no links, no mode bits, capped), never
+  moved, so nothing a leftover process writes can grow a kept file. Then every file there is
+  truncated (the space comes back at once) and the directory removed once no process of the
+  sandbox holds any of it (`held`: their descriptors and working directories); until then it
+  stays, empty but counted, and goes at the latest when the server stops.
+- **Stale outboxes**: a killed engine leaves its outbox behind; the site removes it when it
+  starts (a resume), and the platform when it notices the dead worker (`remove_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits
+
+ENDED_SUFFIX = ".sandbox-ended"
+"""`<trials_root><ENDED_SUFFIX>/`: the attempts that ended, out of the sandbox's reach."""
+OUTBOX_SUFFIX = ".sandbox"
+"""`<trials_root><OUTBOX_SUFFIX>/`: the outbox the sandbox writes."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_TMPFS = ("/tmp", SANDBOX_HOME)
+# What a descriptor names when it is no file of the outbox: not worth a stat.
+_NOT_FILES = ("socket:", "pipe:", "anon_inode:", "/dev/", "/proc/")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What one directory holds: allocated bytes and entries (a walk stops past `cap`)."""
+
+    bytes: int = 0
+    entries: int = 0
+
+
+@dataclass
+class DiskUse:
+    """One server's disk at one moment (see the module docstring)."""
+
+    attempts: dict[str, Tree] = field(default_factory=dict)
+    """Each attempt in flight: its outbox entry."""
+    stray: Tree = Tree()
+    """Outbox entries no attempt of the site claims."""
+    ended: int = 0
+    """Bytes of its ended attempts still held by a process (normally 0)."""
+    tmpfs: int = 0
+    """Bytes used in its `/tmp` and `HOME`."""
+
+    @property
+    def total(self) -> int:
+        return (
+            sum(t.bytes for t in self.attempts.values())
+            + self.stray.bytes
+            + self.ended
+            + (self.tmpfs)
+        )
+
+
+def measure(
+    outbox: Path,
+    ended: Path,
+    *,
+    running: Collection[str],
+    claimed: Collection[str],
+    mount_pid: int | None,
+    cap: int,
+) -> DiskUse:
+    """The disk one server holds now. `running`: its attempts in flight; `claimed`: every
+    attempt in flight on the site (the rest of the outbox is stray); `cap`: entries after
+    which a tree's walk stops (it is over the limit by then)."""
+    use = DiskUse(ended=tree(ended, cap=cap).bytes, tmpfs=tmpfs_bytes(mount_pid))
+    stray = Tree()
+    with contextlib.suppress(OSError), os.scandir(outbox) as entries:
+        for entry in entries:
+            if entry.name in running:
+                use.attempts[entry.name] = tree(Path(entry.path), cap=cap)
+            elif entry.name not in claimed:
+                found = tree(Path(entry.path), cap=cap)
+                stray = Tree(stray.bytes + found.bytes, stray.entries + found.entries + 1)
+    use.stray = stray
+    return use
+
+
+def tree(path: Path, *, cap: int) -> Tree:
+    """Allocated bytes and entries at and below `path`, links not followed, at most `cap`
+    entries walked."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return Tree()
+    if not stat.S_ISDIR(info.st_mode):
+        return Tree(info.st_blocks * 512, 1)
+    total = entries = 0
+    stack = [str(path)]
+    while stack and entries <= cap:
+        try:
+            scan = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with scan:
+            for entry in scan:
+                entries += 1
+                if entries > cap:
+                    break
+                try:
+                    found = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += found.st_blocks * 512
+                if stat.S_ISDIR(found.st_mode):
+                    stack.append(entry.path)
+    return Tree(total, entries)
+
+
+def attempt_usage(directory: Path, limits: SandboxLimits) -> str | None:
+    """Whether an attempt's directory broke a file limit: a file at the file-size limit (the
+    kernel stopped it there), more bytes or entries than allowed. Links are not followed."""
+    total = entries = 0
+    stack = [directory]
+    while stack:
+        try:
+            scan = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with scan:
+            for entry in scan:
+                entries += 1
+                if entries > MAX_TRIAL_ENTRIES:
+                    return f"limit of {MAX_TRIAL_ENTRIES} files and directories"
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(Path(entry.path))
+                elif stat.S_ISREG(info.st_mode):
+                    if info.st_size >= limits.file_bytes:
+                        name = os.path.relpath(entry.path, directory)
+                        return f"file size limit ({limits.file_bytes} bytes): {name}"
+                    total += info.st_size
+                    if total > limits.artifact_bytes:
+                        return f"output limit ({limits.artifact_bytes} bytes per attempt)"
+    return None
+
+
+def tmpfs_bytes(pid: int | None) -> int:
+    """Bytes used in the sandbox's `/tmp` and `HOME`, seen through a process of it."""
+    if pid is None:
+        return 0
+    used = 0
+    for place in _TMPFS:
+        with contextlib.suppress(OSError):
+            info = os.statvfs(f"/proc/{pid}/root{place}")
+            used += (info.f_blocks - info.f_bfree) * info.f_frsize
+    return used
+
+
+def mount_pid(pids: Iterable[int], known: int | None = None) -> int | None:
+    """A process of `pids` inside the sandbox's own mount namespace (bwrap's outer process is
+    in ours: through it `/tmp` would be the host's). `known` first, when it still is one."""
+    try:
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return None
+    candidates = list(pids)
+    if known is not None and known in candidates:
+        candidates.insert(0, known)
+    for pid in candidates:
+        try:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino != ours:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def retire(source: Path, dest: Path) -> bool:
+    """Rename an attempt's directory out of the outbox to `dest` (same file system); anything
+    else at `source` (a link, a file) is removed. False when there was no directory."""
+    try:
+        if not stat.S_ISDIR(os.lstat(source).st_mode):
+            remove(source)
+            return False
+    except OSError:
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(source, dest)
+    except OSError:
+        remove(source)
+        return False
+    return True
+
+
+def held(path: Path, pids: Iterable[int]) -> bool:
+    """Whether a process of `pids` holds a file or directory at or below `path` open, or
+    works in one. True when that cannot be read (the safe answer: keep counting it)."""
+    inodes = _inodes(path)
+    if not inodes:
+        return False
+    device = next(iter(inodes))[0]
+    for pid in pids:
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        except OSError:
+            return True
+        links = [f"/proc/{pid}/cwd", *(f"/proc/{pid}/fd/{name}" for name in names)]
+        for link in links:
+            try:
+                if os.readlink(link).startswith(_NOT_FILES):
+                    continue
+                info = os.stat(link)
+            except OSError:
+                continue
+            if info.st_dev == device and (info.st_dev, info.st_ino) in inodes:
+                return True
+    return False
+
+
+def empty(path: Path) -> None:
+    """Truncate every regular file at and below `path` to nothing, links not followed: the
+    space comes back even while a process still holds the files."""
+    try:
+        top = os.open(path, _DIR_FLAGS)
+    except OSError:
+        _truncate(os.fspath(path), None)
+        return
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for name, is_dir in names:
+                if is_dir:
+                    with contextlib.suppress(OSError):
+                        stack.append(os.open(name, _DIR_FLAGS, dir_fd=folder))
+                else:
+                    _truncate(name, folder)
+        except OSError:
+            pass
+        finally:
+            os.close(folder)
+
+
+def remove(path: Path) -> None:
+    """Remove a file, link or tree without following links (what the rollout left)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links are not followed
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def remove_stale(trials_root: Path) -> None:
+    """Remove the outbox and the ended attempts a sandbox site of this trials root left
+    (its engine was killed). Only for a run no live engine holds: it takes every file.
+
+        remove_stale(run_dir / "rollout_trials")
+    """
+    for suffix in (OUTBOX_SUFFIX, ENDED_SUFFIX):
+        remove(trials_root.parent / f"{trials_root.name}{suffix}")
+
+
+def _truncate(name: str, folder: int | None) -> None:
+    # O_PATH needs no permission on the file itself: a file the rollout made mode 000 is
+    # still ours to empty (through /proc/self/fd, which names the inode, never a link).
+    try:
+        handle = os.open(name, _PATH_FLAGS, dir_fd=folder)
+    except OSError:
+        return
+    try:
+        path = f"/proc/self/fd/{handle}"
+        if stat.S_ISREG(os.stat(path).st_mode):
+            os.chmod(path, 0o600)
+            os.truncate(path, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+def _inodes(path: Path) -> set[tuple[int, int]]:
+    """(device, inode) of `path` and everything below it, links not followed."""
+    found: set[tuple[int, int]] = set()
+    stack = [os.fspath(path)]
+    while stack:
+        current = stack.pop()
+        try:
+            info = os.lstat(current)
+        except OSError:
+            continue
+        found.add((info.st_dev, info.st_ino))
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError), os.scandir(current) as entries:
+                stack.extend(entry.path for entry in entries)
+    return found
+
+
+__all__ = [
+    "ENDED_SUFFIX",
+    "OUTBOX_SUFFIX",
+    "DiskUse",
+    "Tree",
+    "attempt_usage",
+    "empty",
+    "held",
+    "measure",
+    "mount_pid",
+    "remove",
+    "remove_stale",
+    "retire",
+    "tmpfs_bytes",
+    "tree",
+]
