@@ -19,7 +19,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from osmosis.platform.core.errors import error_body
 
 # Streamed to disk, never buffered whole, each with its own limit: (method, path prefix).
-_STREAMED = (("POST", "/api/datasets"), ("PUT", "/api/eval-runs/imports/"))
+_STREAMED = (
+    ("POST", "/api/datasets"),
+    ("PUT", "/api/eval-runs/imports/"),
+    ("PUT", "/api/cli/transfer/"),  # the official CLI's dataset bytes, capped by their route
+)
 
 
 class BodyLimit:

@@ -1,0 +1,297 @@
+"""`/api/cli/eval-runs`: `osmosis eval list|info|logs|stop|retry|download` of the official
+CLI, over the same runs as `/api/eval-runs`.
+
+Runs are shown in the official shapes: model, dataset and rollout as `{name}` objects, the
+results line as `results{score, pass_rate, ...}`, metrics as `{status, overview, reward_stats,
+pass_at_k}`. Sample files are fetched through capability URLs (`samples/download-urls`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from osmosis.platform.api import eval_runs as ours
+from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.settings import Settings
+from osmosis.platform.deps import CurrentUser, Db, Offset
+from osmosis.platform.services import run_files, run_views, runs
+from osmosis.platform.services.capability_urls import TTL_S, CapabilitySigner
+from osmosis.wire.official import (
+    MAX_CLI_LOG_PAGE,
+    MAX_CLI_PAGE,
+    DownloadUrl,
+    DownloadUrls,
+    DownloadUrlsIn,
+    EvalMetricsOverview,
+    EvalResults,
+    EvalRewardStats,
+    EvalRunHeader,
+    EvalRunMetricsView,
+    EvalRunRetriedView,
+    EvalRunRetryIn,
+    EvalRunRow,
+    EvalRunRows,
+    EvalRunView,
+    LogEntry,
+    LogsPage,
+    NameRef,
+    PassAtK,
+)
+from osmosis.wire.runs import EvalRunOperation, EvalRunRetry, FileManifest, RunSummary
+
+from .deps import CliWorkspace
+from .errors import OfficialRoute
+
+router = APIRouter(prefix="/eval-runs", route_class=OfficialRoute)
+
+RUN_FILE = "run-file"
+"""The capability URL purpose of one file of a run's download layout: `<run id>/<path>`."""
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _metrics_summary(run: EvalRun) -> dict[str, Any] | None:
+    """The reference metrics of a finished run (`osmosis.eval.results.metrics.summarize`)."""
+    if not run.summary:
+        return None
+    stored: dict[str, Any] = json.loads(run.summary)
+    summary = stored.get("summary", stored)
+    return summary if isinstance(summary, dict) else None
+
+
+def _reward_stats(metrics: dict[str, Any] | None) -> EvalRewardStats | None:
+    if metrics is None or not isinstance(metrics.get("reward_stats"), dict):
+        return None
+    pass_at_k = {str(p["k"]): float(p["value"]) for p in metrics.get("pass_at_k") or []}
+    return EvalRewardStats(**metrics["reward_stats"], pass_at_k=pass_at_k)
+
+
+def results(run: EvalRun, summary: RunSummary) -> EvalResults:
+    """The results line, from the same counters as our own list and detail views."""
+    return EvalResults(
+        score=summary.avg_reward,
+        pass_rate=summary.pass_rate,
+        graded=summary.graded,
+        passed=summary.passed,
+        failed=summary.failed,
+        skipped=summary.skipped,
+        total_runs=summary.progress.completed,
+        sampled_rows=run.dataset_rows,
+        reward_stats=_reward_stats(_metrics_summary(run)),
+    )
+
+
+def row(run: EvalRun) -> EvalRunRow:
+    public = run_views.summary_public(run)
+    return EvalRunRow(
+        id=run.id,
+        name=run.name,
+        status=run.status,
+        created_at=run.created_at.isoformat(),
+        started_at=_iso(run.started_at),
+        completed_at=_iso(run.completed_at),
+        model=NameRef(name=public.model),
+        dataset=NameRef(name=public.dataset),
+        rollout=NameRef(name=public.rollout),
+        creator_name=public.creator_name,
+        creator_email=public.creator_email,
+        results=results(run, public.summary),
+    )
+
+
+@router.get("")
+def list_eval_runs(
+    db: Db,
+    user: CurrentUser,
+    workspace: CliWorkspace,
+    limit: Annotated[int, Query(ge=1, le=MAX_CLI_PAGE)] = MAX_CLI_PAGE,
+    offset: Offset = 0,
+) -> EvalRunRows:
+    """The workspace's runs, newest first."""
+    page = runs.list_runs(db, user=user, workspace=workspace, limit=limit, offset=offset)
+    return EvalRunRows(
+        eval_runs=[row(run) for run in page.runs],
+        total_count=page.total_count,
+        has_more=page.has_more,
+        next_offset=page.next_offset,
+    )
+
+
+@router.get("/{run}")
+def get_eval_run(run: str, db: Db, user: CurrentUser, request: Request) -> EvalRunView:
+    """One run: what it ran, how, and its results."""
+    found = runs.find_run(db, user=user, ref=run)
+    detail = run_views.detail_public(db, settings=_settings(request), run=found)
+    line = results(found, detail.summary)
+    line.pass_threshold = detail.summary.pass_threshold
+    line.total_tokens = detail.summary.total_tokens
+    line.total_dataset_rows = detail.dataset.rows
+    line.resumed_count = detail.summary.resumed_count
+    info = detail.eval_run
+    return EvalRunView(
+        eval_run=EvalRunHeader(
+            id=info.id,
+            name=info.name,
+            status=info.status,
+            created_at=info.created_at.isoformat(),
+            started_at=_iso(info.started_at),
+            completed_at=_iso(info.completed_at),
+            creator_name=info.creator_name,
+            creator_email=info.creator_email,
+        ),
+        config=detail.config,
+        results=line,
+        dataset=NameRef(name=detail.dataset.name),
+        rollout=NameRef(name=info.rollout),
+        entrypoint=detail.entrypoint,
+        branch=detail.branch,
+        commit_sha=detail.commit_sha,
+        env_config=detail.env_config,
+        resolved_secret_scopes={k: str(v) for k, v in detail.resolved_secret_scopes.items()},
+    )
+
+
+@router.get("/{run}/metrics")
+def eval_run_metrics(run: str, db: Db, user: CurrentUser, request: Request) -> EvalRunMetricsView:
+    """The reference metrics once a run has them; its counters until then."""
+    found = runs.find_run(db, user=user, ref=run)
+    detail = run_views.detail_public(db, settings=_settings(request), run=found)
+    metrics = _metrics_summary(found)
+    counters = detail.summary
+    duration = detail.eval_run.duration_ms
+    if metrics is not None:
+        overview = EvalMetricsOverview(
+            duration_ms=round(duration) if duration is not None else None,
+            **{key: metrics.get(key) for key in _OVERVIEW_KEYS},
+        )
+        pass_at_k = [PassAtK(k=p["k"], value=p["value"]) for p in metrics.get("pass_at_k") or []]
+    else:
+        overview = EvalMetricsOverview(
+            duration_ms=round(duration) if duration is not None else None,
+            total_samples=counters.progress.total,
+            completed_samples=counters.progress.completed,
+            graded=counters.graded,
+            passed=counters.passed,
+            failed=counters.failed,
+            skipped=counters.skipped,
+            pass_rate=counters.pass_rate,
+            pass_threshold=counters.pass_threshold,
+            tokens_used=counters.total_tokens,
+        )
+        pass_at_k = []
+    return EvalRunMetricsView(
+        status=found.status,
+        overview=overview,
+        reward_stats=_reward_stats(metrics),
+        pass_at_k=pass_at_k,
+    )
+
+
+_OVERVIEW_KEYS = (
+    "total_samples",
+    "completed_samples",
+    "graded",
+    "passed",
+    "failed",
+    "skipped",
+    "pass_rate",
+    "pass_threshold",
+    "tokens_used",
+)
+
+
+@router.get("/{run}/logs")
+def eval_run_logs(
+    run: str,
+    db: Db,
+    user: CurrentUser,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=MAX_CLI_LOG_PAGE)] = MAX_CLI_PAGE,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    direction: Annotated[str, Query(pattern="^(older|newer)$")] = "older",
+) -> LogsPage:
+    """Log entries oldest first from `cursor`; `direction` is accepted, pages run forward."""
+    found = runs.find_run(db, user=user, ref=run)
+    path = runs.run_dir(_settings(request), found.id) / run_files.LOG_FILE
+    page = run_files.read_logs(path, cursor=cursor, limit=limit)
+    return LogsPage(
+        logs=[
+            LogEntry(
+                timestamp=_iso(entry.timestamp) or "",
+                level=entry.level,
+                step=entry.step,
+                message=entry.message,
+            )
+            for entry in page.entries
+        ],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.post("/{run}/stop")
+def stop_eval_run(run: str, db: Db, user: CurrentUser, request: Request) -> EvalRunOperation:
+    """Stop a pending or running run, as `/api/eval-runs/{run}/stop` does."""
+    return ours.stop_eval_run(run, db, user, request)
+
+
+@router.post("/{run}/retry")
+def retry_eval_run(
+    run: str, db: Db, user: CurrentUser, request: Request, body: EvalRunRetryIn | None = None
+) -> EvalRunRetriedView:
+    """Run the failed and skipped attempts again, as `/api/eval-runs/{run}/retry` does."""
+    given = EvalRunRetry(secrets=(body.secrets if body else None) or {})
+    retried = ours.retry_eval_run(run, db, user, request, given)
+    return EvalRunRetriedView(
+        id=retried.id,
+        name=retried.name,
+        status=retried.status,
+        workflow_id=retried.id,
+        retryable_samples=retried.retryable_samples,
+    )
+
+
+@router.get("/{run}/samples/manifest")
+def samples_manifest(
+    run: str,
+    db: Db,
+    user: CurrentUser,
+    request: Request,
+    types: Annotated[str | None, Query(max_length=200)] = None,
+    rows: Annotated[str | None, Query(max_length=2000)] = None,
+) -> FileManifest:
+    """The downloadable files of the run (path, size, sha256, type), as `/files` lists them."""
+    return ours.eval_run_files(run, db, user, request, types=types, rows=rows)
+
+
+@router.post("/{run}/samples/download-urls")
+def samples_download_urls(
+    run: str, body: DownloadUrlsIn, db: Db, user: CurrentUser, request: Request
+) -> DownloadUrls:
+    """A capability URL per file asked for: `GET` it, without a token, for `TTL_S` seconds."""
+    found = runs.find_run(db, user=user, ref=run)
+    directory = runs.run_dir(_settings(request), found.id)
+    signer: CapabilitySigner = request.app.state.capability_signer
+    now = time.time()
+    items = []
+    for item in body.items:
+        run_files.layout_file(directory, item.path)  # a path outside the layout: refused here
+        url = signer.url(
+            str(request.base_url),
+            method="GET",
+            purpose=RUN_FILE,
+            object_id=f"{found.id}/{item.path}",
+            now=now,
+        )
+        items.append(DownloadUrl(path=item.path, url=url, token=item.token))
+    return DownloadUrls(items=items, expires_in=TTL_S)

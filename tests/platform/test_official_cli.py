@@ -1,0 +1,400 @@
+"""The official `osmosis` CLI (osmosis-ai, in .venv-interop) drives our server unchanged.
+
+Each test runs the real official CLI as a process against a real server on loopback, as a
+user would (`OSMOSIS_PLATFORM_URL`, `OSMOSIS_TOKEN`, `OSMOSIS_TOKEN_PLATFORM_URL`, HOME in a
+temporary directory), from a workspace directory whose origin is on github.com, and checks
+what it shows against what our own API holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from osmosis.wire.official import REVIEWED_CLI_RANGE, in_reviewed_range, parse_cli_version
+from tests.platform.conftest import LocalPlatform, RunningPlatform, clean_env
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+OFFICIAL = REPO / ".venv-interop" / "bin" / "osmosis"
+IDENTITY = "probe/ws"
+DATASET = REPO / "examples" / "workspace" / "data" / "add.jsonl"
+
+
+@dataclass
+class OfficialCli:
+    """The official CLI, signed in by `OSMOSIS_TOKEN`, run from a workspace directory."""
+
+    workspace: Path
+    env: dict[str, str]
+    platform: RunningPlatform
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(OFFICIAL), *args],
+            cwd=self.workspace,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def json(self, *args: str, env: dict[str, str] | None = None) -> dict:
+        done = self.run("--json", *args, env=env)
+        assert done.returncode == 0, done.stderr + done.stdout
+        return json.loads(done.stdout)
+
+    def ours(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        """Our own API, as the admin, in the same workspace."""
+        headers = {
+            "Authorization": f"Bearer {self.platform.admin_token}",
+            "X-Osmosis-Git": IDENTITY,
+        }
+        return httpx.request(
+            method, self.platform.url + path, headers=headers, timeout=30, **kwargs
+        )
+
+
+def _workspace(root: Path) -> Path:
+    """A git repository with a github.com origin and the official scaffold's directories."""
+    root.mkdir()
+    for folder in ("rollouts", "configs/training", "configs/eval", "data"):
+        (root / folder).mkdir(parents=True)
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["remote", "add", "origin", f"https://github.com/{IDENTITY}.git"],
+    ):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def official(
+    running_platform: RunningPlatform, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OfficialCli]:
+    if not OFFICIAL.exists():
+        pytest.skip("no .venv-interop (make install builds it when osmosis-ai installs here)")
+    root = tmp_path_factory.mktemp("official")
+    env = clean_env(
+        HOME=str(root / "home"),
+        OSMOSIS_PLATFORM_URL=running_platform.url,
+        OSMOSIS_TOKEN=running_platform.admin_token,
+        OSMOSIS_TOKEN_PLATFORM_URL=running_platform.url,
+        OSMOSIS_TOKEN_STORE="file",
+        NO_COLOR="1",
+    )
+    env.pop("XDG_CONFIG_HOME", None)
+    cli = OfficialCli(workspace=_workspace(root / "ws"), env=env, platform=running_platform)
+    assert cli.ours("GET", "/api/workspace").status_code == 200  # the admin's first use makes it
+    yield cli
+
+
+# -- the version under test --------------------------------------------------------------------
+def test_the_official_cli_is_a_reviewed_version():
+    if not OFFICIAL.exists():
+        pytest.skip("no .venv-interop (make install builds it when osmosis-ai installs here)")
+    python = OFFICIAL.parent / "python"
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('osmosis-ai'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    version = parse_cli_version(done.stdout.strip())
+    low, high = REVIEWED_CLI_RANGE
+    assert version is not None and in_reviewed_range(version), (
+        f"osmosis-ai {done.stdout.strip()} in .venv-interop is outside the reviewed range "
+        f"{low} <= v < {high}: review its client against /api/cli, then widen the range in "
+        "osmosis.wire.official"
+    )
+
+
+# -- auth ------------------------------------------------------------------------------------
+def test_auth_whoami_names_the_token_user_and_the_workspace(official):
+    whoami = official.json("auth", "whoami")["data"]
+    ours = official.ours("GET", "/api/auth/whoami").json()
+    assert whoami["name"] == ours["user"]["name"] == "admin"
+    assert whoami["email"] == "admin@osmosis.invalid"  # the first admin has no email
+    assert whoami["source"] == "environment"
+    assert whoami["workspace"]["name"] == IDENTITY
+    assert whoami["workspace"]["role"] == "owner"
+
+
+def test_auth_login_with_a_token_saves_it_and_logout_revokes_it(official, tmp_path):
+    created = official.ours("POST", "/api/auth/tokens", json={"name": "official-cli"})
+    assert created.status_code == 201, created.text
+    token = created.json()
+    env = {k: v for k, v in official.env.items() if k != "OSMOSIS_TOKEN"}
+    env["HOME"] = str(tmp_path)
+    login = official.json("auth", "login", "--token", token["token"], env=env)
+    assert login["status"] == "success", login
+    whoami = official.json("auth", "whoami", env=env)["data"]
+    assert whoami["source"] == "credentials" and whoami["account"]["token_id"] == token["id"]
+    logout = official.run("auth", "logout", "-y", env=env)
+    assert logout.returncode == 0, logout.stderr
+    mine = official.ours("GET", "/api/auth/tokens").json()["tokens"]
+    assert next(t for t in mine if t["id"] == token["id"])["revoked_at"] is not None
+
+
+# -- secrets ---------------------------------------------------------------------------------
+def test_secret_set_list_delete_match_our_api(official):
+    done = official.run("secret", "set", "OFFICIAL_KEY", "--env", "OFFICIAL_KEY",
+                        env={**official.env, "OFFICIAL_KEY": "s3cret"})  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    ours = official.ours("GET", "/api/secrets").json()
+    assert [s["name"] for s in ours["secrets"]] == ["OFFICIAL_KEY"]
+    listed = official.json("secret", "list")
+    names = [item["name"] for item in listed["items"]]
+    assert names == ["OFFICIAL_KEY"] and listed["total_count"] == ours["total_count"] == 1
+    assert "s3cret" not in json.dumps(listed)
+    deleted = official.run("secret", "delete", "OFFICIAL_KEY", "-y")
+    assert deleted.returncode == 0, deleted.stderr + deleted.stdout
+    assert official.ours("GET", "/api/secrets").json()["secrets"] == []
+
+
+# -- datasets --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def uploaded(official: OfficialCli) -> dict:
+    """`dataset upload data/add.jsonl` by the official CLI, once."""
+    shutil.copy(DATASET, official.workspace / "data" / "add.jsonl")
+    done = official.json("dataset", "upload", "data/add.jsonl", "--yes")
+    return done
+
+
+def test_dataset_upload_stores_and_validates_the_file(official, uploaded):
+    assert uploaded["status"] == "success", uploaded
+    ours = official.ours("GET", "/api/datasets/add").json()
+    assert ours["status"] == "uploaded"
+    assert ours["sha256"] == hashlib.sha256(DATASET.read_bytes()).hexdigest()
+    assert ours["rows"] == len(DATASET.read_text().splitlines())
+    again = official.run("--json", "dataset", "upload", "data/add.jsonl", "--yes")
+    assert again.returncode != 0
+    assert "already exists" in again.stderr  # our 409 carried `existing_dataset_id`
+
+
+def test_dataset_list_and_info_match_our_api(official, uploaded):
+    ours = official.ours("GET", "/api/datasets").json()
+    listed = official.json("dataset", "list")
+    assert [d["file_name"] for d in listed["items"]] == [d["name"] for d in ours["datasets"]]
+    assert listed["total_count"] == ours["total_count"] == 1
+    info = official.json("dataset", "info", "add")["data"]
+    assert info["file_name"] == "add" and info["status"] == "uploaded"
+    assert info["row_count"] == ours["datasets"][0]["rows"]
+    assert info["file_size"] == DATASET.stat().st_size
+
+
+def test_dataset_preview_download_and_logs(official, uploaded, tmp_path):
+    preview = official.json("dataset", "preview", "add", "--rows", "2")["data"]
+    first = json.loads(DATASET.read_text().splitlines()[0])
+    assert (
+        preview["available"] is True and preview["rows"][0]["user_prompt"] == first["user_prompt"]
+    )
+    target = tmp_path / "copy.jsonl"
+    done = official.json("dataset", "download", "add", "-o", str(target))
+    assert done["status"] == "success"
+    assert target.read_bytes() == DATASET.read_bytes()
+    logs = official.json("dataset", "logs", "add")
+    ours = official.ours("GET", "/api/datasets/add/logs").json()["logs"]
+    assert [line["message"] for line in logs["items"]] == [line["message"] for line in ours]
+
+
+def test_validation_runs_at_complete_and_its_reasons_reach_the_logs(official):
+    # The official CLI checks a file before sending it; send one it would refuse by hand.
+    bad = b'{"user_prompt": "1 + 1?"}\n' * 4
+    url = _announce(official, "bad", size=len(bad))
+    assert httpx.put(url, content=bad, timeout=30).status_code == 200
+    upload_id = urlsplit(url).path.rsplit("/", 1)[1]
+    done = _cli_api(official, "POST", f"/api/cli/datasets/{upload_id}/complete", json={})
+    assert done.status_code == 422 and done.json()["code"] == "VALIDATION", done.text
+    assert "ground_truth" in done.json()["message"]
+    ours = official.ours("GET", "/api/datasets/bad").json()
+    assert ours["status"] == "error"
+    logs = official.json("dataset", "logs", "bad")["items"]
+    assert any(line["level"] == "error" for line in logs)
+
+
+# -- capability URLs -------------------------------------------------------------------------
+def _cli_api(official: OfficialCli, method: str, path: str, **kwargs: object) -> httpx.Response:
+    headers = {
+        "Authorization": f"Bearer {official.platform.admin_token}",
+        "X-Osmosis-Git": IDENTITY,
+        "X-Osmosis-CLI-Version": "0.3.8",
+    }
+    return httpx.request(method, official.platform.url + path, headers=headers, timeout=30,
+                         **kwargs)  # fmt: skip
+
+
+def _announce(official: OfficialCli, name: str, *, size: int = 4) -> str:
+    body = {"file_name": name, "file_size": size, "extension": "jsonl"}
+    response = _cli_api(official, "POST", "/api/cli/datasets", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["upload"]["presigned_url"])
+
+
+def test_a_capability_url_serves_one_object_one_method_and_no_token(official):
+    url = _announce(official, "probe")
+    parts = urlsplit(url)
+    assert parts.hostname == "127.0.0.1" and "/api/cli/transfer/dataset-upload/" in parts.path
+    assert httpx.get(url, timeout=30).status_code == 403  # another method
+    other = url.replace(parts.path.rsplit("/", 1)[1], "0" * 32)
+    assert httpx.put(other, content=b"abcd", timeout=30).status_code == 403  # another object
+    query = parse_qs(parts.query)
+    later = url.replace(f"expires={query['expires'][0]}", f"expires={int(time.time()) + 99999}")
+    assert httpx.put(later, content=b"abcd", timeout=30).status_code == 403  # a forged expiry
+    answer = httpx.put(url, content=b"abcd", timeout=30)  # no Authorization header
+    assert answer.status_code == 200, answer.text
+
+
+def test_an_expired_capability_url_is_refused(local_platform: LocalPlatform):
+    from fastapi.testclient import TestClient
+
+    signer = local_platform.app.state.capability_signer
+    url = signer.url("http://127.0.0.1", method="GET", purpose="dataset", object_id="v1",
+                     now=time.time() - 3600)  # fmt: skip
+    with TestClient(local_platform.app, base_url="http://127.0.0.1") as client:
+        answer = client.get(url.removeprefix("http://127.0.0.1"))
+    assert answer.status_code == 403
+    assert answer.json()["code"] == "URL_REFUSED" and "expired" in answer.json()["message"]
+
+
+def test_capability_urls_need_https_off_loopback(local_platform: LocalPlatform):
+    from fastapi.testclient import TestClient
+
+    headers = {"Authorization": f"Bearer {local_platform.admin_token}", "X-Osmosis-Git": IDENTITY}
+    body = {"file_name": "remote", "file_size": 4, "extension": "jsonl"}
+    with TestClient(local_platform.app, base_url="http://platform.example") as client:
+        answer = client.post("/api/cli/datasets", headers=headers, json=body)
+    assert answer.status_code == 400 and answer.json()["code"] == "HTTPS_REQUIRED"
+
+
+# -- what this server does not offer ---------------------------------------------------------
+@pytest.mark.parametrize("args", [("train", "list"), ("model", "list")])
+def test_unoffered_commands_say_so(official, args):
+    done = official.run("--json", *args)
+    assert done.returncode != 0
+    assert "not offered by this server" in done.stderr, done.stderr
+
+
+# -- eval runs -------------------------------------------------------------------------------
+SEEDED = "seeded-run"
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(official: OfficialCli) -> list[str]:
+    """Two finished runs written into the live server's database and run directories, as the
+    worker leaves them (tests/web/seed.py): one with a failure and a skip, one all passed."""
+    from sqlalchemy import select
+
+    from osmosis.platform.core.db import make_engine, make_session_factory
+    from osmosis.platform.core.db.models import User, Workspace
+    from tests.web.seed import Attempt, RunSpec, seed_run
+
+    platform = official.platform
+    engine = make_engine(platform.database_url, pool_size=1)
+    try:
+        with make_session_factory(engine)() as db:
+            admin = db.scalar(select(User).where(User.name == "admin"))
+            ws = db.scalar(select(Workspace).where(Workspace.identity == IDENTITY))
+            assert admin is not None and ws is not None
+            mixed = [
+                Attempt(0, 0),
+                Attempt(0, 1, reward=0.0),
+                Attempt(1, 0, status="failed", reward=None, error_type="timeout"),
+                Attempt(1, 1, status="skipped", reward=None),
+            ]
+            logs = "".join(
+                f"2026-11-01T12:00:0{i}.000+00:00 [platform] line {i}\n" for i in range(5)
+            )
+            trajectories = {a.name: {"steps": [{"message": a.name}]} for a in mixed}
+            seed_run(db, platform.home, ws=ws, user=admin,
+                     spec=RunSpec(name=SEEDED, attempts=mixed, n=2, logs=logs,
+                                  trajectories=trajectories))  # fmt: skip
+            passed = RunSpec(name="all-passed", attempts=[Attempt(0, 0)], minutes=1)
+            seed_run(db, platform.home, ws=ws, user=admin, spec=passed)
+            db.commit()
+    finally:
+        engine.dispose()
+    return [SEEDED, "all-passed"]
+
+
+def test_eval_list_matches_our_api(official, seeded_runs):
+    ours = official.ours("GET", "/api/eval-runs").json()
+    listed = official.json("eval", "list")
+    assert [r["name"] for r in listed["items"]] == [r["name"] for r in ours["eval_runs"]]
+    assert listed["total_count"] == ours["total_count"] == 2
+    mine = next(r for r in listed["items"] if r["name"] == SEEDED)
+    assert mine["rollout"] == "alpha" and mine["status"] == "finished"
+
+
+def test_eval_info_shows_our_results_and_metrics(official, seeded_runs):
+    ours = official.ours("GET", f"/api/eval-runs/{SEEDED}").json()
+    info = official.json("eval", "info", SEEDED)["data"]
+    results = info["results"]
+    assert results["pass_rate"] == ours["summary"]["pass_rate"]
+    for key in ("graded", "passed", "failed", "skipped"):
+        assert results[key] == ours["summary"][key], key
+    assert results["score"] == ours["summary"]["avg_reward"]
+    assert info["metrics_available"] is True, info.get("metrics_error")
+    summary = ours["metrics"]["summary"]
+    assert info["metrics"]["summary"]["pass_at_k"] == summary["pass_at_k"]
+    assert info["metrics"]["summary"]["pass_rate"] == summary["pass_rate"]
+    stats = results["reward_stats"]
+    assert stats["pass_at_k"] == {str(p["k"]): p["value"] for p in summary["pass_at_k"]}
+    assert info["rollout"] == {"name": "alpha"} and info["commit_sha"] == ours["commit_sha"]
+
+
+def test_eval_logs_match_our_api(official, seeded_runs):
+    logs = official.json("eval", "logs", SEEDED)
+    ours = official.ours("GET", f"/api/eval-runs/{SEEDED}/logs").json()["logs"]
+    assert [e["message"] for e in logs["items"]] == [e["message"] for e in ours]
+    assert len(ours) == 5
+
+
+def test_eval_download_fetches_every_file_through_capability_urls(official, seeded_runs, tmp_path):
+    done = official.run("--json", "eval", "download", SEEDED, "-o", str(tmp_path), "-y")
+    assert done.returncode == 0, done.stderr + done.stdout
+    manifest = official.ours("GET", f"/api/eval-runs/{SEEDED}/files").json()
+    fetched = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert fetched == sorted(f["path"] for f in manifest["files"]) and len(fetched) >= 5
+
+
+def test_eval_stop_of_a_finished_run_says_why_not(official, seeded_runs):
+    done = official.run("--json", "eval", "stop", "all-passed", "-y")
+    assert done.returncode != 0
+    error = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert "all-passed" in error["message"] and "finished" in error["message"], error
+    assert error["details"]["status_code"] == 409 and "no route" not in error["message"]
+
+
+def test_eval_retry_of_a_run_with_nothing_to_retry_says_so(official, seeded_runs):
+    done = official.run("--json", "eval", "retry", "all-passed", "-y")
+    assert done.returncode != 0
+    error = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert error["details"]["status_code"] == 409 and "no route" not in error["message"], error
+    assert "API error" not in error["message"]
+
+
+def test_a_dataset_larger_than_a_request_body_uploads_whole(official):
+    """The transfer PUT streams to disk under the upload limit, not the 1 MiB body limit."""
+    rows = [{"user_prompt": f"{i} + {i}?", "ground_truth": str(2 * i)} for i in range(40_000)]
+    big = official.workspace / "data" / "big.jsonl"
+    big.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert big.stat().st_size > 1024 * 1024
+    done = official.json("dataset", "upload", "data/big.jsonl", "--yes")
+    assert done["status"] == "success", done
+    ours = official.ours("GET", "/api/datasets/big").json()
+    assert ours["rows"] == 40_000 and ours["sha256"] == hashlib.sha256(big.read_bytes()).hexdigest()
