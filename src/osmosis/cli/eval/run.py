@@ -7,6 +7,7 @@ Typer only at module level; the engine, pyarrow and the providers load inside th
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,17 @@ def run_command(
         "--stall-after",
         help="Seconds without any model answer, calls waiting, before an outage is declared (30).",
     ),
+    max_tokens_total: int | None = typer.Option(
+        None,
+        "--max-tokens-total",
+        help="Budget: halt (resumable) once the run's model calls used this many tokens.",
+    ),
+    max_cost_usd: float | None = typer.Option(
+        None, "--max-cost-usd", help="Budget: halt (resumable) once model calls cost this (USD)."
+    ),
+    max_model_calls: int | None = typer.Option(
+        None, "--max-model-calls", help="Budget: halt (resumable) after this many model calls."
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Skip the confirmation."),
     verbose: bool = typer.Option(False, "--verbose", help="Stream log lines to the terminal."),
     min_pass_rate: float | None = typer.Option(
@@ -116,7 +128,16 @@ def run_command(
         raise CLIError(
             "--max-in-flight must be at least 1", details={"max_in_flight": max_in_flight}
         )
-    _check_positive(replicas=replicas, outage_wait=outage_wait, stall_after=stall_after)
+    _check_positive(
+        replicas=replicas,
+        outage_wait=outage_wait,
+        stall_after=stall_after,
+        max_tokens_total=max_tokens_total,
+        max_cost_usd=max_cost_usd,
+        max_model_calls=max_model_calls,
+    )
+    if max_cost_usd is not None and not math.isfinite(max_cost_usd):
+        raise CLIError("--max-cost-usd must be a finite number of dollars")
     _check_executor(executor, ray_address=ray_address, sandbox=sandbox)
     gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
     if gate_problems:
@@ -137,6 +158,9 @@ def run_command(
         bridge_url=bridge_url,
         outage_wait_s=outage_wait,
         stall_after_s=stall_after,
+        max_tokens_total=max_tokens_total,
+        max_cost_usd=max_cost_usd,
+        max_model_calls=max_model_calls,
     )
     try:
         try:
@@ -238,6 +262,7 @@ def _show_plan(out: Output, plan: RunPlan) -> None:
             "Rows": rows,
             "Runs Per Row": plan.n,
             "Work Items": plan.total_work_items,
+            **({"Budget": plan.budget.describe()} if plan.budget.limited else {}),
             "Output": str(plan.run_dir),
         },
         title="osmosis eval run",

@@ -34,6 +34,7 @@ from osmosis.eval.inputs.dataset import (
 )
 from osmosis.eval.inputs.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
 from osmosis.eval.inputs.sources import source_digest
+from osmosis.eval.model.bridge_budget import Budget
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.rollout.types import PROTOCOL_VERSION
 
@@ -100,6 +101,12 @@ class RunOptions:
     sample_fraction: float | None = None
     """Rows run when neither `limit` nor `--rows` says: None, every row (the reference's local
     `eval run`); the platform worker passes `SAMPLE_FRACTION`, its random 10 % sample."""
+    max_tokens_total: int | None = None
+    """Budget override (`--max-tokens-total`); None: the config's `max_tokens_total`."""
+    max_cost_usd: float | None = None
+    """Budget override (`--max-cost-usd`); None: the config's `max_cost_usd`."""
+    max_model_calls: int | None = None
+    """Budget override (`--max-model-calls`); None: the config's `max_model_calls`."""
     dataset_origin: str = "explicit"
     """How `dataset_file` was found, as the plan shows it: explicit (--dataset-file), cache or
     download (the platform dataset, fetched by the CLI)."""
@@ -133,6 +140,16 @@ class RunPlan:
     @property
     def total_work_items(self) -> int:
         return len(self.selection) * self.n
+
+    @property
+    def budget(self) -> Budget:
+        """The run's limits: the `eval run` flags over the config's `[evaluation]`."""
+        evaluation, options = self.config.evaluation, self.options
+        return Budget(
+            max_tokens_total=options.max_tokens_total or evaluation.max_tokens_total,
+            max_cost_usd=options.max_cost_usd or evaluation.max_cost_usd,
+            max_model_calls=options.max_model_calls or evaluation.max_model_calls,
+        )
 
     def inputs(self) -> dict[str, Any]:
         """The resolved inputs: any change refuses a resume (§7 of the reference)."""

@@ -47,7 +47,7 @@ from osmosis.eval.sites.spec import (
 from osmosis.vocabulary import LocalRunStatus
 
 if TYPE_CHECKING:
-    from osmosis.eval.model.bridge import ModelBridge
+    from osmosis.eval.model.bridge import Budget, ModelBridge, Spend
     from osmosis.eval.sites.environment import RolloutEnvironment
 
 
@@ -83,7 +83,8 @@ class RunReport:
     bridge: dict[str, Any] = field(default_factory=dict)
     """What the model bridge refused or answered late, over every invocation of the run
     (metrics.json `eval_run.bridge`): `refused_calls`, `late_calls`, `late_tokens`,
-    `late_cost_usd`."""
+    `late_cost_usd`; and what every call that reached the provider spent, which the run's
+    budget counts: `spent_calls`, `spent_tokens`, `spent_cost_usd`."""
 
 
 class RunFailed(HostError):
@@ -219,7 +220,9 @@ async def _dispatch(
     )
     replicas = plan.options.replicas
     async with contextlib.AsyncExitStack() as stack:
-        bridge = await stack.enter_async_context(_policy(plan, redactor, log, bridge_token))
+        bridge = await stack.enter_async_context(
+            _policy(plan, redactor, log, bridge_token, _earlier_spend(report.bridge))
+        )
         servers = (
             "one rollout server per Ray node"
             if replicas is None
@@ -272,16 +275,30 @@ async def _dispatch(
             # What the reporter (the platform's database) sees is redacted as the journal is.
             on_record=lambda record: reporter.advance(redact_record(record, redactor.redact)),
         )
+        if bridge.budget_exhausted.is_set():  # spent by earlier invocations: dispatch nothing
+            engine.halt(bridge.budget_reason or "budget: spent")
+        budget_watch = asyncio.create_task(_halt_on_budget(bridge, engine))
         try:
             return await engine.run(_work_items(plan, run))
         finally:
+            budget_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await budget_watch
             _note_bridge(bridge, run, report)
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
+async def _halt_on_budget(bridge: ModelBridge, engine: Engine) -> None:
+    """Halt the run once the bridge held a call because the budget is spent: the attempts in
+    flight are cancelled and stay pending, so a resume with a raised budget runs them."""
+    if not bridge.budget_exhausted.is_set():
+        await bridge.budget_exhausted.wait()
+    engine.halt(bridge.budget_reason or "budget: spent")
+
+
 @contextlib.asynccontextmanager
 async def _policy(
-    plan: RunPlan, redactor: Redactor, log: Callable[[str], None], token: str
+    plan: RunPlan, redactor: Redactor, log: Callable[[str], None], token: str, spent: Spend
 ) -> AsyncIterator[Any]:
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
@@ -293,6 +310,7 @@ async def _policy(
     )
     from osmosis.eval.model.local_model import LocalModelError, LocalModelServer, is_local_model
     from osmosis.eval.model.preflight import ModelPreflightError, preflight
+    from osmosis.eval.model.pricing import Price
     from osmosis.eval.model.providers import ModelResolutionError, ModelTarget, resolve_model
 
     model_path = plan.config.experiment.model_path
@@ -325,6 +343,17 @@ async def _policy(
                 hint="nothing was dispatched; fix the model settings and run again",
             ) from None
         stall = plan.options.stall_after_s
+        evaluation = plan.config.evaluation
+        budget = plan.budget
+        price = (
+            Price(
+                input_per_token=evaluation.input_usd_per_mtok / 1e6,
+                output_per_token=evaluation.output_usd_per_mtok / 1e6,
+            )
+            if evaluation.input_usd_per_mtok is not None
+            and evaluation.output_usd_per_mtok is not None
+            else None
+        )
         bridge = ModelBridge(
             target=target,
             token=token,
@@ -341,6 +370,9 @@ async def _policy(
             )
             if stall is not None
             else OutagePolicy(),
+            budget=budget,
+            spent_before=spent,
+            price=price,
         )
         try:
             await bridge.start(host=plan.options.bridge_host)
@@ -350,6 +382,15 @@ async def _policy(
                 hint="choose another --bridge-host (or OSMOSIS_BRIDGE_HOST)",
             ) from None
         stack.push_async_callback(bridge.stop)
+        if budget.max_cost_usd is not None and bridge.price is None:
+            raise RunFailed(
+                f"max_cost_usd needs a price for {model_path}, and LiteLLM's price table lists "
+                "none: set input_usd_per_mtok and output_usd_per_mtok in [evaluation]",
+                code="VALIDATION",
+                hint="nothing was dispatched",
+            )
+        if budget.limited:
+            log(f"budget: {_describe_budget(budget, spent)}")
         yield bridge
 
 
@@ -364,6 +405,10 @@ def _note_bridge(bridge: ModelBridge, run: RunDirectory, report: RunReport) -> N
         totals["late_cost_usd"] = float(totals.get("late_cost_usd") or 0.0) + stats.late_cost_usd
     else:
         totals.setdefault("late_cost_usd", None)
+    spent = bridge.spent()
+    for name, value in (("spent_calls", spent.calls), ("spent_tokens", spent.tokens)):
+        totals[name] = int(totals.get(name, 0)) + value
+    totals["spent_cost_usd"] = float(totals.get("spent_cost_usd") or 0.0) + spent.cost_usd
     if stats.refused_calls:
         run.log(
             f"model bridge: refused {stats.refused_calls} calls under rollout ids this run did "
@@ -502,6 +547,7 @@ def _finish(plan: RunPlan, run: RunDirectory, report: RunReport) -> None:
             "started_at": run.manifest.get("created_at"),
             "completed_at": now if complete else None,
             "bridge": report.bridge or {"refused_calls": 0, "late_calls": 0, "late_tokens": 0},
+            "halted": report.halted,
         },
     )
     if report.halted:
@@ -524,6 +570,28 @@ def _earlier_bridge(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     return dict(value) if isinstance(value, dict) else {}
+
+
+def _earlier_spend(bridge: dict[str, Any]) -> Spend:
+    """What the run's earlier invocations spent at the provider (their metrics.json)."""
+    from osmosis.eval.model.bridge import Spend
+
+    def number(name: str) -> float:
+        value = bridge.get(name)
+        return value if isinstance(value, (int, float)) and value > 0 else 0
+
+    return Spend(
+        calls=int(number("spent_calls")),
+        tokens=int(number("spent_tokens")),
+        cost_usd=float(number("spent_cost_usd")),
+    )
+
+
+def _describe_budget(budget: Budget, spent: Spend) -> str:
+    return (
+        f"{budget.describe()}; spent before this invocation: {spent.tokens:,} tokens, "
+        f"{spent.calls:,} calls, ${spent.cost_usd:.6f}"
+    )
 
 
 def _redactor(plan: RunPlan, bridge_token: str) -> Redactor:

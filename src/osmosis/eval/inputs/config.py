@@ -77,6 +77,21 @@ class EvaluationConfig(_Frozen):
         default=DEFAULT_AGENT_WORKFLOW_TIMEOUT_S, gt=0, allow_inf_nan=False
     )
     grader_timeout_s: float = Field(default=DEFAULT_GRADER_TIMEOUT_S, gt=0, allow_inf_nan=False)
+    max_tokens_total: int | None = Field(
+        default=None, ge=1, description="Budget: tokens of every model call, over all resumes."
+    )
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Budget: USD of every model call."
+    )
+    max_model_calls: int | None = Field(
+        default=None, ge=1, description="Budget: model calls forwarded to the provider."
+    )
+    input_usd_per_mtok: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="Price override: USD per 1M prompt."
+    )
+    output_usd_per_mtok: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="Price override: USD per 1M output."
+    )
 
 
 class SecretsConfig(_Frozen):

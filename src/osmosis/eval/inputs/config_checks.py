@@ -29,7 +29,13 @@ EVALUATION_KEYS = (
     "pass_threshold",
     "agent_workflow_timeout_s",
     "grader_timeout_s",
+    "max_tokens_total",
+    "max_cost_usd",
+    "max_model_calls",
+    "input_usd_per_mtok",
+    "output_usd_per_mtok",
 )
+PRICE_KEYS = ("input_usd_per_mtok", "output_usd_per_mtok")
 SECRETS_KEYS = ("required",)
 
 COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
@@ -323,7 +329,7 @@ class Checker:
     def evaluation(self, table: Mapping[str, Any]) -> dict[str, Any]:
         self.unknown_keys("evaluation", table, EVALUATION_KEYS)
         clean: dict[str, Any] = {}
-        for key in ("limit", "n", "batch_size"):
+        for key in ("limit", "n", "batch_size", "max_tokens_total", "max_model_calls"):
             if key in table:
                 value = table[key]
                 if type(value) is not int or value < 1:
@@ -347,6 +353,25 @@ class Checker:
                     self.add(("evaluation", key), message)
                 else:
                     clean[key] = float(value)
+        if "max_cost_usd" in table:
+            value = table["max_cost_usd"]
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+                message = f"must be a positive finite number of dollars, got {_describe(value)}"
+                self.add(("evaluation", "max_cost_usd"), message)
+            else:
+                clean["max_cost_usd"] = float(value)
+        for key in PRICE_KEYS:
+            if key in table:
+                value = table[key]
+                if not _is_number(value) or not math.isfinite(value) or value < 0:
+                    message = f"must be a finite number of USD >= 0, got {_describe(value)}"
+                    self.add(("evaluation", key), message)
+                else:
+                    clean[key] = float(value)
+        given = [key for key in PRICE_KEYS if key in table]
+        if len(given) == 1:
+            other = next(key for key in PRICE_KEYS if key not in table)
+            self.add(("evaluation", given[0]), f"a price override needs {other} too")
         return clean
 
     # [env] and [secrets] -------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The model bridge and everything behind it: what a rollout's model calls go through.
 
-- `bridge` (+ `bridge_http`, `bridge_calls`, `bridge_rules`, `bridge_outage`, `bridge_wire`): the
-  per-run OpenAI-compatible endpoint that pins the model, counts and records every call.
+- `bridge` (+ `bridge_http`, `bridge_calls`, `bridge_rules`, `bridge_outage`, `bridge_wire`,
+  `bridge_budget`): the per-run OpenAI-compatible endpoint that pins the model, counts and
+  records every call, and holds calls once the run's budget is spent.
 - `providers` (+ `provider_openai`, `provider_litellm`): the registry of provider clients.
 - `retry`, `pricing`, `preflight` (the checks before anything is dispatched), `local_model`.
 

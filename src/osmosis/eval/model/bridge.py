@@ -47,6 +47,11 @@ the first success; a stuck call that finally succeeds does not clear it, because
 call says little about a provider that just stopped for a minute. `clear_outage()` is the
 engine's override.
 
+Budgets (`osmosis.eval.model.bridge_budget`): with a `Budget`, each call is checked before
+it is forwarded against what the run spent (`spent()` plus `spent_before`); once a limit is
+reached the call is held unanswered, `budget_exhausted` is set (`budget_reason` says which
+limit) and the host halts the run, whose `forget` lets the held call go with a 503.
+
 The probe is a one-token chat completion, not `GET /models`: it goes through the very path
 rollouts use (transport, credentials, model name, LiteLLM translation), it is the one request
 every provider supports, and an inference server whose engine is wedged often still lists
@@ -74,12 +79,13 @@ from urllib.parse import urlsplit
 
 import pydantic_core
 
+from osmosis.eval.model.bridge_budget import Budget, BudgetGuard, Spend
 from osmosis.eval.model.bridge_calls import CallLog, CallRecord, Usage
 from osmosis.eval.model.bridge_http import AsgiServer, Refusal
 from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
 from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
 from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
-from osmosis.eval.model.pricing import price_for
+from osmosis.eval.model.pricing import Price, price_for
 from osmosis.eval.model.providers import (
     Completion,
     ModelTarget,
@@ -94,9 +100,11 @@ __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_MAX_TOKENS",
     "BridgeStats",
+    "Budget",
     "CallRecord",
     "ModelBridge",
     "OutagePolicy",
+    "Spend",
     "Usage",
 ]
 
@@ -119,6 +127,7 @@ _NOT_DISPATCHED = "rollout_not_dispatched"
 _REDACTED = "[REDACTED]"
 _GRACEFUL_STOP = 3
 _UNAVAILABLE = "provider_unavailable"
+_BUDGET_EXHAUSTED = "budget_exhausted"
 _PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -181,6 +190,10 @@ class ModelBridge:
             `max_completion_tokens`); above it the call is refused 400 naming the cap. None:
             no cap.
         max_request_bytes: the largest request body; a larger one is refused 413 naming it.
+        budget: the run's limits on tokens, cost and model calls (`bridge_budget`): once one
+            is reached, no call is forwarded again and `budget_exhausted` is set.
+        spent_before: what the run's earlier invocations spent, counted against `budget`.
+        price: the run's model price, instead of LiteLLM's table (a model it does not list).
 
         bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
         await bridge.start()
@@ -200,6 +213,9 @@ class ModelBridge:
         advertise_url: str | None = None,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        budget: Budget = Budget(),  # noqa: B008 - frozen, like retry
+        spent_before: Spend = Spend(),  # noqa: B008 - frozen, like retry
+        price: Price | None = None,
     ) -> None:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -229,6 +245,11 @@ class ModelBridge:
         self._pending: set[asyncio.Task[_Outcome]] = set()
         self._open: set[str] = set()  # rollout ids dispatched and not finished: served
         self._refused = 0
+        self._price = price
+        self._budget = BudgetGuard(budget, spent_before)
+        self.budget_exhausted = self._budget.exhausted
+        """Set once a limit of the run's budget is reached: calls are held from then on."""
+        self._forwarded = 0  # calls admitted past the budget to the provider
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
@@ -242,7 +263,8 @@ class ModelBridge:
             raise RuntimeError("the model bridge is already running")
         # Off the event loop: the price map is a 3.5 MB JSON file, and LiteLLM's import
         # (for targets that need it) takes seconds.
-        self._log.price = await asyncio.to_thread(price_for, self.target.model_path)
+        self._log.price = self._price or await asyncio.to_thread(price_for, self.target.model_path)
+        self._budget.admit(self.spent())  # a resumed run may have spent its budget already
         self._transport = await asyncio.to_thread(open_transport, self.target)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -299,6 +321,7 @@ class ModelBridge:
         provider connections. Recorded calls and usage stay readable."""
         server, self._server = self._server, None
         await self._watch.stop()
+        self._budget.release_all()
         if server is not None:
             await server.stop()
         for task in list(self._pending):
@@ -386,7 +409,27 @@ class ModelBridge:
         """
         self._open.discard(rollout_id)
         self._watch.release(rollout_id)
+        self._budget.release(rollout_id)
         self._log.forget(rollout_id)
+
+    # -- the budget ----------------------------------------------------------------------------
+    @property
+    def price(self) -> Price | None:
+        """USD per token of the run's model, once started; None: calls have no cost."""
+        return self._log.price
+
+    @property
+    def budget_reason(self) -> str | None:
+        """`budget: max_tokens_total 1,000 reached (1,024 used)` once `budget_exhausted`."""
+        return self._budget.reason
+
+    def spent(self) -> Spend:
+        """What this bridge's calls spent at the provider (earlier invocations not included):
+        calls forwarded, and the tokens and cost of every answer, late ones included."""
+        total = self._log.total()
+        return Spend(
+            calls=self._forwarded, tokens=total.total_tokens, cost_usd=total.cost_usd or 0.0
+        )
 
     # -- outages -------------------------------------------------------------------------------
     @property
@@ -523,7 +566,16 @@ class ModelBridge:
     ) -> _Outcome:
         # The run's model, whatever the client named: the bridge pins it.
         request = {**params, "model": self.target.model, "messages": messages}
+        if not self._budget.admit(self.spent()):
+            # Held, not answered: an answer the rollout could fail on would record its attempt
+            # failed. The run halts on `budget_exhausted`; `forget` lets the call go.
+            await self._budget.hold(rollout_id)
+            reason = self._budget.reason or "the run's budget is spent"
+            return _Outcome(503, error=reason, code=_BUDGET_EXHAUSTED, released=True)
+        self._forwarded += 1
         outcome = await self._call_provider(rollout_id, request)
+        if outcome.attempts == 0:
+            self._forwarded -= 1  # refused before reaching the provider (an outage, stopping)
         if outcome.released:  # a forgotten rollout keeps nothing
             return outcome
         if rollout_id not in self._open:

@@ -122,6 +122,7 @@ class CallLog:
         self._usage: dict[str, _Tally] = {}
         self._sent: dict[str, list[Any]] = {}  # each rollout's last messages, as sent
         self._late = _Tally()
+        self._total = _Tally()  # every call's usage since the log began, forgotten ones too
 
     def record(
         self,
@@ -174,22 +175,29 @@ class CallLog:
             tally = self._usage[rollout_id] = _Tally()
         # The provider's total when it gave one: it may count tokens the split does not.
         tally.add(record, provider_total or record.total_tokens)
+        self._total.add(record, provider_total or record.total_tokens)
         return record
 
     def record_late(self, completion: Mapping[str, Any]) -> None:
         """Count a call answered after its rollout was closed: no record takes it, but the
         provider spent it (`late()`)."""
         prompt_tokens, completion_tokens, provider_total, cost = self._spent(completion)
-        self._late.calls += 1
-        self._late.prompt_tokens += prompt_tokens
-        self._late.completion_tokens += completion_tokens
-        self._late.total_tokens += provider_total or prompt_tokens + completion_tokens
-        if cost is not None:
-            self._late.cost_usd = (self._late.cost_usd or 0.0) + cost
+        for tally in (self._late, self._total):
+            tally.calls += 1
+            tally.prompt_tokens += prompt_tokens
+            tally.completion_tokens += completion_tokens
+            tally.total_tokens += provider_total or prompt_tokens + completion_tokens
+            if cost is not None:
+                tally.cost_usd = (tally.cost_usd or 0.0) + cost
 
     def late(self) -> Usage:
         """What the calls counted by `record_late` consumed, together."""
         return self._late.usage()
+
+    def total(self) -> Usage:
+        """What every call recorded or counted late consumed since the log began (`forget`
+        does not take it back): what the run's budget counts."""
+        return self._total.usage()
 
     def _spent(self, completion: Mapping[str, Any]) -> tuple[int, int, int, float | None]:
         """(prompt, completion, provider's total, cost) of one `chat.completion`."""
