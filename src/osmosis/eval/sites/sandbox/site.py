@@ -198,6 +198,12 @@ class SandboxEndpoint(LocalEndpoint):
         finally:
             self.running.discard(rollout_id)
             self._claimed.discard(rollout_id)
+        if verdict is not None and over is None and self.limit_hit is None:
+            held = await asyncio.to_thread(disk.held, self.ended / rollout_id, self._pids())
+            if held:
+                # A process of the sandbox still writes into the attempt's files: the server
+                # ends too, or those writes would be charged to the next attempt on it.
+                over = f"{verdict}; a process of the sandbox was still writing into it"
         if over is not None and self.limit_hit is None:
             self.limit_hit = over
             await self._end_for_limit()
