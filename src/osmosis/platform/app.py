@@ -20,7 +20,17 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis._version import __version__
-from osmosis.platform.api import admin, auth, cli, datasets, eval_runs, health, secrets, workspaces
+from osmosis.platform.api import (
+    admin,
+    auth,
+    cli,
+    datasets,
+    eval_runs,
+    health,
+    metrics,
+    secrets,
+    workspaces,
+)
 from osmosis.platform.core.body_limit import BodyLimit
 from osmosis.platform.core.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
 from osmosis.platform.core.db import make_engine, make_session_factory, upgrade
@@ -121,6 +131,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(router, dependencies=[Depends(current_token)], responses=_ERRORS)
     cli.install(app)  # /api/cli: the official osmosis CLI's routes, over the same services
     install_dashboard(app)  # the HTML pages at /, signed in with the same tokens
+    metrics.install(app, settings, sessions)  # /metrics for the operator's Prometheus
     return app
 
 

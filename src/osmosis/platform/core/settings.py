@@ -419,6 +419,13 @@ SETTINGS: tuple[Setting, ...] = (
         "alive node up to this), so several users' runs share the cluster fairly.",
         int,
     ),
+    Setting(
+        "metrics_token",
+        "OSMOSIS_METRICS_TOKEN",
+        None,
+        "When set, a scrape of /metrics must send it as a bearer token; unset: /metrics is "
+        "open, like /api/health.",
+    ),
 )
 
 
@@ -466,6 +473,7 @@ class Settings:
     executor: str = "local"
     ray_address: str | None = None
     ray_max_replicas: int = 4
+    metrics_token: str | None = None
     role: str = "all"
     blob_root: Path | None = None
     blob_shared: bool = False
