@@ -5,17 +5,32 @@ line all import these; none defines its own (`tests/unit/test_vocabulary.py` gre
 definition). Standard library only, so anything but the SDK (`osmosis.rollout`) may import it.
 
     passes(0.8, threshold=0.5)        # True: a graded attempt passes when reward >= threshold
+    outcome("success", 0.0, 1.0)      # 'not_passed': graded below the threshold
     format_bytes(3 * 1024**2)         # '3.0 MiB'
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal, Protocol, TypeVar, get_args
 
 #: How an attempt ended: graded or not (`success`), crashed or timed out (`failed`, with an
 #: error type), or removed by its grader (`skipped`).
 AttemptStatus = Literal["success", "failed", "skipped"]
 ATTEMPT_STATUSES: Final[tuple[AttemptStatus, ...]] = get_args(AttemptStatus)
+
+#: What an attempt came to, the one set of words every surface counts and filters by:
+#: `passed` (graded at or above the pass threshold), `not_passed` (graded below it, or not
+#: graded), `errored` (status `failed`: a timeout, an agent error, ...) or `skipped`.
+Outcome = Literal["passed", "not_passed", "errored", "skipped"]
+OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
+#: Each outcome as people read it (badges, summaries, filters).
+OUTCOME_LABELS: Final[dict[Outcome, str]] = {
+    "passed": "passed",
+    "not_passed": "not passed",
+    "errored": "errored",
+    "skipped": "skipped",
+}
 
 #: Where a platform run is in its life.
 RunStatus = Literal["pending", "running", "finished", "failed", "stopped"]
@@ -65,6 +80,61 @@ def passes(reward: float | None, threshold: float) -> bool:
     return reward is not None and pass_clause(reward, threshold)
 
 
+def outcome(status: str, reward: float | None, threshold: float) -> Outcome:
+    """What an attempt came to, from its status, its reward and the run's pass threshold.
+
+    A failed attempt is `errored` even when it carries a reward (an imported run may).
+
+        outcome("success", 0.0, threshold=1.0)  # 'not_passed'
+        outcome("failed", None, threshold=1.0)  # 'errored'
+    """
+    if status == "failed":
+        return "errored"
+    if status == "skipped":
+        return "skipped"
+    return "passed" if passes(reward, threshold) else "not_passed"
+
+
+def count_outcomes(
+    attempts: Iterable[tuple[str, float | None]], threshold: float
+) -> dict[Outcome, int]:
+    """How many `(status, reward)` attempts came to each outcome, every outcome present.
+
+    count_outcomes([("success", 1.0), ("failed", None)], threshold=1.0)
+    # {'passed': 1, 'not_passed': 0, 'errored': 1, 'skipped': 0}
+    """
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for status, reward in attempts:
+        counts[outcome(status, reward, threshold)] += 1
+    return counts
+
+
+def outcomes_of_counts(
+    *, completed: int, passed: int, failed: int, skipped: int
+) -> dict[Outcome, int]:
+    """The four outcomes from a summary's older counts, for a run whose record has no
+    `outcomes`: `failed` attempts errored, and the rest not passed or skipped did not pass.
+
+        outcomes_of_counts(completed=6, passed=3, failed=2, skipped=0)
+        # {'passed': 3, 'not_passed': 1, 'errored': 2, 'skipped': 0}
+    """
+    return {
+        "passed": passed,
+        "not_passed": max(completed - skipped - failed - passed, 0),
+        "errored": failed,
+        "skipped": skipped,
+    }
+
+
+def describe_outcomes(counts: Mapping[Outcome, int] | Mapping[str, int], *, sep: str = ", ") -> str:
+    """The four outcome counts as people read them, in the vocabulary's order.
+
+    describe_outcomes({"passed": 3, "not_passed": 1, "errored": 2})
+    # '3 passed, 1 not passed, 2 errored, 0 skipped'
+    """
+    return sep.join(f"{counts.get(name, 0)} {OUTCOME_LABELS[name]}" for name in OUTCOMES)
+
+
 def format_bytes(count: int, *, exact: bool = False) -> str:
     """A byte count for people in binary units, as the download layout counts: `4.2 KiB`.
 
@@ -93,12 +163,19 @@ __all__ = [
     "DEFAULT_PASS_THRESHOLD",
     "LOCAL_RUN_STATUSES",
     "MAX_PAGE",
+    "OUTCOMES",
+    "OUTCOME_LABELS",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
     "AttemptStatus",
     "LocalRunStatus",
+    "Outcome",
     "RunStatus",
+    "count_outcomes",
+    "describe_outcomes",
     "format_bytes",
+    "outcome",
+    "outcomes_of_counts",
     "pass_clause",
     "passes",
 ]

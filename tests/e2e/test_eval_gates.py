@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 JUNIT_XSD = Path(__file__).parent / "schemas" / "junit.xsd"
 CONFIG = "configs/eval/scripted.toml"
-GATE_EXIT, REGRESSION_EXIT = 3, 4
+GATE_EXIT, REGRESSION_EXIT, ERRORED_EXIT = 3, 4, 5
 
 # Rows 1 and 4 pass until BREAK_GRADER breaks their grader; row 3 is always wrong.
 ROWS = [
@@ -183,7 +183,8 @@ def test_report_and_junit_describe_every_row(world: World, tmp_path: Path) -> No
     assert "| Pass rate | 50.0% (3/6 scored, threshold 1) — 95% CI 18.8% to 81.2% (wilson) |" in (
         text
     )
-    assert "### Failed attempts (2)" in text
+    assert "### Errored attempts (2)" in text
+    assert "complete: 3 passed, 1 not passed, 2 errored, 0 skipped" in text
     assert "| 1 | 0 | agent_error |" in text
     assert "--retry-failed" in text
 
@@ -228,7 +229,7 @@ def test_progress_prints_lines_without_a_terminal(
     lines = [line for line in done.stdout.splitlines() if line.startswith("eval ")]
     # One line per tenth of the work (at most one a second) and the last one at the end.
     assert 2 <= len(lines) <= 10, done.stdout
-    assert lines[-1].startswith("eval 10/10 (100%) · pass 100% · failed 0")
+    assert lines[-1].startswith("eval 10/10 (100%) · pass 100% · 10 passed · 0 not passed")
 
 
 def test_ctrl_c_prints_the_resume_command(tmp_path: Path, fake_model: FakeModelServer) -> None:
@@ -294,6 +295,12 @@ def test_submit_wait_follows_the_platform_run_and_gates_it(
         no_wait = osmosis(
             "eval", "submit", CONFIG, "-y", "--min-pass-rate", "0.5", cwd=repo.tree, env=env
         )
+        # Every row's grader raises: the run finishes with every attempt errored.
+        crashing = make_repo(
+            tmp_path / "ws2", [row("grader_error", a, 7) for a in range(2, 6)], limit=4
+        )
+        upload_dataset(server, crashing)  # the same dataset name, overwritten
+        crashed = osmosis("eval", "submit", CONFIG, "-y", "--wait", cwd=crashing.tree, env=env)
     finally:
         server.stop()
 
@@ -308,6 +315,9 @@ def test_submit_wait_follows_the_platform_run_and_gates_it(
     ]
     assert no_wait.returncode == 1
     assert "need --wait" in flat(no_wait.stderr)
+    assert envelope["resource"]["outcomes"] == BASE_OUTCOMES  # as `eval run` counts them
+    assert crashed.returncode == ERRORED_EXIT, crashed.stdout + crashed.stderr
+    assert "every attempt errored (4): exit 5" in flat(crashed.stderr)
 
 
 def test_submit_wait_outlasts_a_platform_restart(
@@ -378,3 +388,51 @@ def test_compare_refuses_platform_runs_that_sampled_different_rows(
     assert "rows are other dataset rows:" in said and "ran different source rows (row " in said
     assert "the platform samples 10 % at random): set limit" in said
     assert itself.returncode == 0, itself.stderr
+
+
+# -- three outcomes (issue 27) ---------------------------------------------------------------
+BROKEN_OUTCOMES = {"passed": 3, "not_passed": 1, "errored": 2, "skipped": 0}
+BASE_OUTCOMES = {"passed": 5, "not_passed": 1, "errored": 0, "skipped": 0}
+
+
+def test_every_surface_counts_the_three_outcomes_alike(world: World, tmp_path: Path) -> None:
+    # `broken`: rows 0, 2 and 5 right, row 3 wrong, rows 1 and 4 crash in the grader.
+    output = flat(world.broken_output)  # type: ignore[attr-defined]
+    junit = tmp_path / "junit.xml"
+    run = world.eval_run("broken", "--json", "--junit", str(junit))
+    run_dir = str(world.workspace / ".osmosis" / "evals" / "broken")
+    info = json.loads(world.run("eval", "info", run_dir, "--json").stdout)
+    shown = flat(world.run("eval", "info", run_dir).stdout)
+
+    assert "3 passed · 1 not passed · 2 errored · 0 skipped" in output  # progress line
+    assert "complete · 3 passed · 1 not passed · 2 errored · 0 skipped" in output  # summary
+    assert "error_type=agent_error: " in output and "broken on purpose" in output
+    assert run.returncode == 0, run.stderr
+    resource = json.loads(run.stdout)["resource"]
+    assert resource["outcomes"] == BROKEN_OUTCOMES
+    assert (resource["failed"], resource["succeeded"]) == (2, 4)  # today's fields stay
+    assert resource["metrics"]["outcomes"] == BROKEN_OUTCOMES
+    assert all(row["error_message"] for row in resource["failed_rows"])
+    assert info["data"]["results"]["outcomes"] == BROKEN_OUTCOMES
+    assert "3 passed, 1 not passed, 2 errored, 0 skipped" in shown
+    properties = {
+        p.get("name"): p.get("value") for p in ElementTree.parse(junit).getroot().iter("property")
+    }
+    assert {k: int(properties[f"outcomes.{k}"]) for k in BROKEN_OUTCOMES} == BROKEN_OUTCOMES
+
+
+def test_wrong_answers_exit_0_and_an_all_errored_run_has_its_own_code(
+    world: World, tmp_path: Path, fake_model: FakeModelServer
+) -> None:
+    base = world.eval_run("base", "--json")
+    config = make_workspace(tmp_path, [row("breakable", a, 7) for a in (2, 3, 4, 5)], limit=4)
+    crashed = osmosis(
+        "eval", "run", str(config), "--name", "crashed", "-y",
+        cwd=tmp_path, env={**model_env(fake_model), "BREAK_GRADER": "1"},
+    )  # fmt: skip
+
+    assert base.returncode == 0, base.stderr
+    assert json.loads(base.stdout)["resource"]["outcomes"] == BASE_OUTCOMES
+    assert crashed.returncode == ERRORED_EXIT, crashed.stdout + crashed.stderr
+    assert "every attempt errored (4): exit 5" in flat(crashed.stderr)
+    assert "finished" in crashed.stdout

@@ -334,7 +334,7 @@ def test_submit_watch_download_stop_and_retry(running_platform, fake_model, tmp_
         "4 / 4 samples (100%)",
         "Configuration",
         "Commit",
-        "3 graded, 3 passed",
+        "3 graded · 3 passed, 0 not passed, 1 errored, 0 skipped",
         f"View: {url}",
     ):
         assert words in info.stdout, words

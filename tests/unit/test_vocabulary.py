@@ -33,9 +33,15 @@ from osmosis.eval.inputs.sources import NOT_SOURCE_DIRS
 from osmosis.vocabulary import (
     ATTEMPT_STATUSES,
     LOCAL_RUN_STATUSES,
+    OUTCOME_LABELS,
+    OUTCOMES,
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
+    count_outcomes,
+    describe_outcomes,
     format_bytes,
+    outcome,
+    outcomes_of_counts,
     pass_clause,
     passes,
 )
@@ -49,6 +55,7 @@ VOCABULARIES = {
     "run statuses": frozenset(RUN_STATUSES),
     "terminal run statuses": frozenset(TERMINAL_RUN_STATUSES),
     "local run statuses": frozenset(LOCAL_RUN_STATUSES),
+    "outcomes": frozenset(OUTCOMES),
 }
 # Second definitions left in place on purpose, each with its reason.
 KNOWN: set[tuple[str, str]] = set()
@@ -62,12 +69,19 @@ def test_the_public_names_are_pinned():
         "DEFAULT_PASS_THRESHOLD",
         "LOCAL_RUN_STATUSES",
         "MAX_PAGE",
+        "OUTCOMES",
+        "OUTCOME_LABELS",
         "RUN_STATUSES",
         "TERMINAL_RUN_STATUSES",
         "AttemptStatus",
         "LocalRunStatus",
+        "Outcome",
         "RunStatus",
+        "count_outcomes",
+        "describe_outcomes",
         "format_bytes",
+        "outcome",
+        "outcomes_of_counts",
         "pass_clause",
         "passes",
     ]
@@ -80,6 +94,8 @@ def test_the_words():
     assert RUN_STATUSES == ("pending", "running", "finished", "failed", "stopped")
     assert set(TERMINAL_RUN_STATUSES) < set(RUN_STATUSES)
     assert LOCAL_RUN_STATUSES == ("running", "finished", "incomplete")
+    assert OUTCOMES == ("passed", "not_passed", "errored", "skipped")
+    assert list(OUTCOME_LABELS) == list(OUTCOMES)
     assert vocabulary.MAX_PAGE == 50
     assert vocabulary.DEFAULT_PASS_THRESHOLD == 1.0
 
@@ -99,6 +115,37 @@ def test_the_words():
 )
 def test_passes(reward, threshold, expected):
     assert passes(reward, threshold) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "reward", "threshold", "expected"),
+    [
+        ("success", 1.0, 1.0, "passed"),
+        ("success", 0.0, 1.0, "not_passed"),  # a wrong answer is not an error
+        ("success", None, 0.0, "not_passed"),  # not graded never passes
+        ("failed", None, 1.0, "errored"),
+        ("failed", 1.0, 1.0, "errored"),  # an imported failed row may carry a reward
+        ("skipped", None, 1.0, "skipped"),
+    ],
+)
+def test_outcome(status, reward, threshold, expected):
+    assert outcome(status, reward, threshold) == expected
+
+
+def test_count_outcomes_names_every_outcome():
+    attempts = [("success", 1.0), ("success", 0.0), ("failed", None), ("failed", None)]
+    assert count_outcomes(attempts, 1.0) == {
+        "passed": 1,
+        "not_passed": 1,
+        "errored": 2,
+        "skipped": 0,
+    }
+    assert describe_outcomes(count_outcomes(attempts, 1.0)) == (
+        "1 passed, 1 not passed, 2 errored, 0 skipped"
+    )
+    older = outcomes_of_counts(completed=4, passed=1, failed=2, skipped=0)
+    assert older == count_outcomes(attempts, 1.0)
+    assert describe_outcomes({}, sep=" · ") == "0 passed · 0 not passed · 0 errored · 0 skipped"
 
 
 def test_the_sql_form_of_the_pass_rule_is_the_same_comparison():

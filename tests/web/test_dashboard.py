@@ -122,9 +122,11 @@ def test_run_page_numbers_equal_eval_info_json(world: World, page, tmp_path, nam
     page.goto(world.url + f"/runs/{name}")
     shot(page, tmp_path, f"run-{name}")
 
+    below = summary["progress"]["completed"] - summary["passed"]
+    below -= summary["failed"] + summary["skipped"]
     assert page.inner_text("#counts") == (
-        f"{summary['graded']} graded, {summary['passed']} passed, "
-        f"{summary['failed']} failed, {summary['skipped']} skipped"
+        f"{summary['graded']} graded · {summary['passed']} passed, {below} not passed, "
+        f"{summary['failed']} errored, {summary['skipped']} skipped"
     )
     assert page.inner_text("#pass-rate") == percent(summary["pass_rate"])
     assert page.inner_text("#avg-reward") == number(summary["avg_reward"])
@@ -179,9 +181,9 @@ def test_samples_sort_filter_and_page(world: World, page, tmp_path):
     assert rows.count() == 12
     shot(page, tmp_path, "samples")
 
-    page.check("input[name=failed]")
+    page.select_option("select[name=outcome]", "errored")
     follow(page, "#sample-filters button[type=submit]")
-    assert parse_qs(urlparse(page.url).query) == {"failed": ["1"]}
+    assert parse_qs(urlparse(page.url).query) == {"outcome": ["errored"]}
     cells = page.locator("#samples tr.attempt").all_inner_texts()
     assert len(cells) == 2 and all("timeout" in line for line in cells)
     # The error's message, not only its type, and the row's prompt from the dataset file.
@@ -442,12 +444,16 @@ def test_forms_have_labels_and_work_from_the_keyboard(world: World, page, tmp_pa
     for path in ("/", "/runs/candidate/samples", "/compare?a=base&b=candidate"):
         page.goto(world.url + path)
         assert page.evaluate(unlabelled) == [], path
-    # From the keyboard: Space ticks "Failed only", Enter submits the filter form.
+    # From the keyboard: a letter picks an outcome, Enter in the search box submits the form.
     page.goto(world.url + "/runs/candidate/samples")
-    page.focus("input[name=failed]")
-    page.keyboard.press("Space")
+    page.focus("select[name=outcome]")
+    page.keyboard.press("e")  # "errored"
+    page.focus("input[name=q]")
     page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(r".*failed=1.*"))
+    page.wait_for_url(re.compile(r".*outcome=errored.*"))
+    assert page.locator("#samples tr.attempt").count() == 2
+    # The older link for errored attempts still works.
+    page.goto(world.url + "/runs/candidate/samples?failed=1")
     assert page.locator("#samples tr.attempt").count() == 2
 
 
@@ -469,9 +475,9 @@ def test_an_error_page_keeps_the_navigation_and_the_sign_out(world: World, page,
 def test_a_platform_run_whose_attempts_all_failed_says_so(world: World, page, tmp_path):
     login(page, world)
     badge = page.locator(f"#runs tr[data-run='{ALL_FAILED}'] .status")
-    assert badge.inner_text() == "all failed"
+    assert badge.inner_text() == "all errored"
     assert badge.get_attribute("data-status") == "finished"  # the run itself did finish
     page.goto(world.url + f"/runs/{ALL_FAILED}")
-    assert "Every recorded attempt of this run failed (4 of 4)" in page.inner_text("#all-failed")
+    assert "Every recorded attempt of this run errored (4 of 4)" in page.inner_text("#all-failed")
     follow(page, "#all-failed >> text=See the errors")
     assert page.locator("#samples tr.attempt").count() == 4

@@ -22,6 +22,7 @@ from osmosis.platform.web.samples_index import (
     SampleQuery,
     terms,
 )
+from osmosis.vocabulary import OUTCOMES
 
 
 def record(row: int, k: int, status: str = "success", reward: float | None = 1.0, **extra):
@@ -227,3 +228,33 @@ def test_a_search_of_ten_thousand_attempts_reads_each_trajectory_once(tmp_path: 
     for _ in range(5):
         assert keys(index.query(SampleQuery(text='"needle 97."'))) == [(24, 1)]
     assert (time.perf_counter() - started) / 5 < 1.0  # generous: shared CI machines
+
+
+def test_each_outcome_filters_and_the_csv_names_it(tmp_path: Path):
+    append(
+        tmp_path,
+        record(0, 0, reward=0.5),  # passes at this run's threshold of 0.5
+        record(1, 0, reward=0.0),  # a wrong answer: not passed, not an error
+        record(2, 0, "failed"),
+        record(3, 0, "skipped", reward=None),
+        record(4, 0, reward=None),  # not graded: not passed
+    )
+    index = SampleIndex(tmp_path, pass_threshold=0.5).refresh()
+    found = {name: keys(index.query(SampleQuery(outcome=name))) for name in OUTCOMES}
+    assert found == {
+        "passed": [(0, 0)],
+        "not_passed": [(1, 0), (4, 0)],
+        "errored": [(2, 0)],
+        "skipped": [(3, 0)],
+    }
+    rows = list(index.csv_rows(SampleQuery()))
+    column = rows[0].index("outcome")
+    assert [row[column] for row in rows[1:]] == [
+        "passed",
+        "not_passed",
+        "errored",
+        "skipped",
+        "not_passed",
+    ]
+    with pytest.raises(ValidationFailed, match="outcome must be one of"):
+        SampleQuery(outcome="failed")

@@ -89,3 +89,14 @@ def test_a_linked_diagnostics_file_is_not_read(tmp_path: Path):
     trial.mkdir()
     (trial / "diagnostics.json").symlink_to(elsewhere / "diagnostics.json")
     assert find_traceback(tmp_path, A, None) is None
+
+
+def test_a_traceback_kept_only_in_the_error_message_is_shown_last(tmp_path: Path):
+    message = "grader failed\nTraceback (most recent call last):\n  File x\nValueError: no"
+    found = find_traceback(tmp_path, "c" * 32, None, message)
+    assert found is not None
+    assert (found.source, found.text.splitlines()[0]) == (
+        "error message",
+        "Traceback (most recent call last):",
+    )
+    assert find_traceback(tmp_path, "c" * 32, None, "timed out after 30s") is None

@@ -58,10 +58,14 @@ def test_view_shows_local_runs_without_login_and_a_run_as_its_files_say(
     page.click("#runs >> text=base")
     page.wait_for_url(local_world.url + "/runs/base")
     summary = metrics(local_world.run_dir("base"))["summary"]
+    outcomes = summary["outcomes"]
+    assert outcomes == {"passed": 7, "not_passed": 3, "errored": 2, "skipped": 0}
     assert page.inner_text("#counts") == (
-        f"{summary['graded']} graded, {summary['passed']} passed, "
-        f"{summary['failed']} failed, {summary['skipped']} skipped"
+        f"{summary['graded']} graded · 7 passed, 3 not passed, 2 errored, 0 skipped"
     )
+    follow(page, "#counts >> text=3 not passed")  # each count opens its attempts
+    assert len(page.locator("#samples tr.attempt [data-outcome=not_passed]").all()) == 3
+    page.go_back()
     assert page.inner_text("#pass-rate") == percent(summary["pass_rate"])
     assert page.inner_text("#avg-reward") == number(summary["reward_stats"]["mean"])
     ci = summary["confidence_intervals"]["pass_rate"]
@@ -194,15 +198,15 @@ def test_a_run_whose_attempts_all_failed_is_not_a_green_finished(
     page.goto(local_world.url + "/")
     broken = page.locator("#runs tr[data-run='broken'] .status")
     finished = page.locator("#runs tr[data-run='base'] .status")
-    assert broken.inner_text() == "all failed" and finished.inner_text() == "finished"
+    assert broken.inner_text() == "all errored" and finished.inner_text() == "finished"
     style = "e => [getComputedStyle(e).color, getComputedStyle(e).borderStyle]"
     assert broken.evaluate(style) != finished.evaluate(style)
     assert broken.evaluate(style)[0] == "rgb(179, 38, 30)"  # the dashboard's red, --bad
     page.goto(local_world.url + "/runs/broken")
     banner = page.inner_text("#all-failed")
-    assert "Every recorded attempt of this run failed (12 of 12)" in banner
+    assert "Every recorded attempt of this run errored (12 of 12)" in banner
     assert "validation_error" in banner
-    assert page.inner_text("#status") == "all failed"
+    assert page.inner_text("#status") == "all errored"
     shot(page, tmp_path, "view-all-failed")
 
 
@@ -321,3 +325,27 @@ def test_a_run_still_going_is_shown_live(local_world: LocalWorld, page, tmp_path
     finally:
         output, _ = process.communicate(timeout=120)
     assert process.returncode == 0, output
+
+
+def test_the_samples_list_filters_each_outcome(local_world: LocalWorld, page, tmp_path):
+    # base: rows 0, 1 and 3 right twice, row 2 wrong twice, row 4 crashes, row 5 half right.
+    expected = {"passed": 7, "not_passed": 3, "errored": 2, "skipped": 0}
+    page.goto(local_world.url + "/runs/base/samples?view=attempts")
+    badges = page.locator("#samples tr.attempt [data-outcome]")
+    shown = [badges.nth(i).get_attribute("data-outcome") for i in range(badges.count())]
+    assert {name: shown.count(name) for name in expected} == expected
+    for name, count in expected.items():
+        page.goto(local_world.url + "/runs/base/samples?view=attempts")
+        page.select_option("select[name=outcome]", name)
+        follow(page, "#sample-filters button[type=submit]")
+        assert parse_qs(urlparse(page.url).query)["outcome"] == [name]
+        labels = page.locator("#samples tr.attempt [data-outcome]").all_inner_texts()
+        assert len(labels) == count, name
+        assert set(labels) <= {name.replace("_", " ")}
+    shot(page, tmp_path, "view-errored-only")
+    rows = list(
+        csv.DictReader(
+            io.StringIO(httpx.get(local_world.url + "/runs/base/samples.csv", timeout=30).text)
+        )
+    )
+    assert {name: [r["outcome"] for r in rows].count(name) for name in expected} == expected

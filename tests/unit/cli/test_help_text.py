@@ -58,3 +58,9 @@ def test_no_option_anywhere_shows_a_python_type_name():
     for command in (("eval", "run"), ("eval", "submit"), ("dataset", "upload"), ("init",)):
         text = help_of(*command)
         assert "<bool>" not in text and "<str>" not in text and "<int>" not in text, command
+
+
+def test_eval_run_help_names_its_exit_codes():
+    text = " ".join(help_of("eval", "run").split())
+    assert "5 every attempt errored" in text
+    assert "3 below --min-pass-rate" in text

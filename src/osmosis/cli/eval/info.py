@@ -63,6 +63,7 @@ def _results(detail: EvalRunDetail) -> dict[str, Any]:
         "passed": summary.passed,
         "failed": summary.failed,
         "skipped": summary.skipped,
+        "outcomes": _platform_outcomes(detail, metrics.get("outcomes")),
         "pass_rate": summary.pass_rate,
         "avg_reward": summary.avg_reward,
         "pass_threshold": summary.pass_threshold,
@@ -74,6 +75,33 @@ def _results(detail: EvalRunDetail) -> dict[str, Any]:
         "cost_usd": detail.cost_usd,
         "errors_by_type": detail.errors_by_type,
     }
+
+
+def _platform_outcomes(detail: EvalRunDetail, recorded: object) -> dict[str, int]:
+    """The four outcomes (`osmosis.vocabulary.outcome`): the engine's count in metrics.json
+    when it covers every attempt finished so far, else the live counts (errored = failed)."""
+    from osmosis.vocabulary import OUTCOMES, outcomes_of_counts
+
+    summary = detail.summary
+    done = summary.progress.completed
+    if isinstance(recorded, Mapping) and sum(recorded.get(k, 0) for k in OUTCOMES) == done:
+        return {name: int(recorded.get(name, 0)) for name in OUTCOMES}
+    counts = outcomes_of_counts(
+        completed=done, passed=summary.passed, failed=summary.failed, skipped=summary.skipped
+    )
+    return {name: count for name, count in counts.items()}
+
+
+def _local_outcomes(summary: Mapping[str, Any], run: LocalRun) -> dict[str, int]:
+    """The four outcomes from metrics.json, or counted from the journal (older runs)."""
+    from osmosis.vocabulary import OUTCOMES, count_outcomes
+
+    recorded = summary.get("outcomes")
+    if isinstance(recorded, Mapping):
+        return {name: int(recorded.get(name, 0)) for name in OUTCOMES}
+    threshold = summary.get("pass_threshold", run.pass_threshold)
+    counted = count_outcomes(((r.status, r.reward) for r in run.records()), threshold)
+    return {name: count for name, count in counted.items()}
 
 
 def _dataset_stats(detail: EvalRunDetail) -> dict[str, Any]:
@@ -104,9 +132,10 @@ def _dataset_line(detail: EvalRunDetail) -> str:
 
 
 def _results_rows(results: Mapping[str, Any]) -> dict[str, Any]:
+    from osmosis.vocabulary import describe_outcomes
+
     rows: dict[str, Any] = {
-        "Samples": f"{results['graded']} graded, {results['passed']} passed, "
-        f"{results['failed']} failed, {results['skipped']} skipped",
+        "Samples": f"{results['graded']} graded · {describe_outcomes(results['outcomes'])}",
         "Pass Threshold": f"{results['pass_threshold']:g}",
     }
     stats = results.get("reward_stats")
@@ -313,6 +342,7 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
         "passed": summary.get("passed", 0),
         "failed": summary.get("failed", 0),
         "skipped": summary.get("skipped", 0),
+        "outcomes": _local_outcomes(summary, run),
         "pass_rate": summary.get("pass_rate"),
         "pass_threshold": summary.get("pass_threshold", run.pass_threshold),
         "reward_stats": summary.get("reward_stats"),

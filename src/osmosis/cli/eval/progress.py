@@ -1,4 +1,4 @@
-"""Live progress of `eval run`: stage lines and a bar with pass rate, failures, tokens, rate.
+"""Live progress of `eval run`: stage lines and a bar with pass rate, outcomes, tokens, rate.
 
 In a terminal the bar redraws in place. Without one (a CI log, a pipe, `--plain`) a line is
 printed instead each time another 10 % of the work is done (at most one a second) and at
@@ -12,7 +12,14 @@ import time
 from typing import TYPE_CHECKING
 
 from osmosis.cli.output import Mode, Output
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
+from osmosis.vocabulary import (
+    DEFAULT_PASS_THRESHOLD,
+    OUTCOMES,
+    Outcome,
+    describe_outcomes,
+    outcome,
+    passes,
+)
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -34,6 +41,7 @@ class EvalProgress:
         self.passed = 0
         self.scored = 0
         self.failed = 0
+        self.outcomes: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
         self.tokens = 0
         self.threshold = DEFAULT_PASS_THRESHOLD
         self._started = time.monotonic()
@@ -81,6 +89,7 @@ class EvalProgress:
         self.tokens += record.tokens or 0
         if record.status == "failed":
             self.failed += 1
+        self.outcomes[outcome(record.status, record.reward, self.threshold)] += 1
         if record.status != "skipped":
             self.scored += 1
             if passes(record.reward, self.threshold):
@@ -103,8 +112,9 @@ class EvalProgress:
     def summary(self) -> str:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         pass_rate = self.passed / self.scored if self.scored else 0.0
+        outcomes = describe_outcomes(self.outcomes, sep=" · ")
         return (
-            f"pass {pass_rate:.0%} · failed {self.failed} · tokens {self.tokens:,} · "
+            f"pass {pass_rate:.0%} · {outcomes} · tokens {self.tokens:,} · "
             f"{self._session_done / elapsed:.1f}/s"
         )
 

@@ -8,8 +8,9 @@ summary (`--report FILE.md`, for a job summary or a PR comment) and a JUnit file
 
 A gate compares the point estimate (what the results table shows) with the threshold; the
 interval beside it says how sure that is. A JUnit row passes when every scored attempt of it
-passed; it is an `error` when an attempt failed with an error, a `failure` when an attempt
-was graded below the threshold or not at all, `skipped` when every attempt was skipped.
+passed; it is an `error` when an attempt errored, a `failure` when an attempt was not passed
+(graded below the threshold or not at all), `skipped` when every attempt was skipped. The
+suite's properties count the attempts' four outcomes (`osmosis.vocabulary.outcome`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,19 @@ from typing import Any, Final
 from xml.etree import ElementTree
 
 from osmosis.eval.results.records import AttemptRecord
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
+from osmosis.vocabulary import (
+    DEFAULT_PASS_THRESHOLD,
+    OUTCOMES,
+    count_outcomes,
+    describe_outcomes,
+    passes,
+)
 
 GATE_EXIT_CODE: Final = 3
 """A finished run below `--min-pass-rate` or `--min-mean-reward` (1 stays "error/partial")."""
+ERRORED_EXIT_CODE: Final = 5
+"""A finished run in which every attempt errored (skipped ones aside): nothing was graded
+because nothing worked, which no gate is needed to see. It wins over `GATE_EXIT_CODE`."""
 _FAILED_SHOWN = 20
 # Provider SDKs colour their exception texts, so error messages arrive with terminal escapes
 # (CSI and OSC sequences); XML 1.0 cannot hold ESC, NUL or most other control characters at
@@ -154,23 +164,21 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
     """A Markdown summary of the run: results with intervals, gates, errors, failed rows."""
     m = facts.summary
     failed_gates = [gate for gate in gates if not gate.passed]
-    scored_any = m.get("completed_samples", 0)
     if facts.status != "finished":
         verdict = "incomplete"
     elif failed_gates:
         verdict = "below a gate"
-    elif scored_any and m.get("failed", 0) == scored_any:
-        verdict = "finished, every attempt failed"  # not a green "finished" (issue 16.4)
+    elif all_errored({"outcomes": _outcomes(facts)}):
+        verdict = "finished, every attempt errored"  # not a green "finished" (issue 16.4)
     else:
         verdict = "finished"
     lines = [f"## osmosis eval run `{_code(facts.name)}`: {verdict}", ""]
     scored = m.get("completed_samples", 0)
-    ok = m.get("total_samples", 0) - m.get("failed", 0) - m.get("skipped", 0)
     rows = [
         (
             "Work items",
-            f"{m.get('total_samples', 0)}/{facts.total_work_items} complete: {ok} ok, "
-            f"{m.get('failed', 0)} failed, {m.get('skipped', 0)} skipped",
+            f"{m.get('total_samples', 0)}/{facts.total_work_items} complete: "
+            + describe_outcomes(_outcomes(facts)),
         ),
         (
             "Pass rate",
@@ -208,7 +216,7 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
         lines += [f"| {_cell(kind)} | {count} |" for kind, count in errors.items()]
     failed = [r for r in facts.records if r.status == "failed"]
     if failed:
-        lines += ["", f"### Failed attempts ({len(failed)})", ""]
+        lines += ["", f"### Errored attempts ({len(failed)})", ""]
         lines += ["| Row | Attempt | Error | Message |", "|---|---|---|---|"]
         for record in failed[:_FAILED_SHOWN]:
             message = (record.error_message or "")[:200]
@@ -222,6 +230,17 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
         lines += ["", "### Next", ""]
         lines += [f"- `{_code(step)}`" for step in facts.next_steps]
     return "\n".join(lines) + "\n"
+
+
+def _outcomes(facts: RunFacts) -> dict[str, int]:
+    """The four outcome counts: the summary's, else counted from the records (an older
+    `metrics.json`), so the report, the JUnit file and `eval run` agree."""
+    counts = facts.summary.get("outcomes")
+    if counts:
+        return {name: int(counts.get(name, 0)) for name in OUTCOMES}
+    threshold = float(facts.summary.get("pass_threshold", DEFAULT_PASS_THRESHOLD))
+    counted = count_outcomes(((r.status, r.reward) for r in facts.records), threshold)
+    return {name: count for name, count in counted.items()}
 
 
 # -- JUnit ------------------------------------------------------------------------------------
@@ -239,8 +258,8 @@ def _attempt_line(record: AttemptRecord, threshold: float) -> str:
     if record.status == "skipped":
         return f"attempt {record.run_index}: skipped"
     if record.reward is None:
-        return f"attempt {record.run_index}: not graded"
-    verdict = "pass" if passes(record.reward, threshold) else "below threshold"
+        return f"attempt {record.run_index}: not graded (not passed)"
+    verdict = "passed" if passes(record.reward, threshold) else "not passed"
     return f"attempt {record.run_index}: reward {record.reward:g} ({verdict})"
 
 
@@ -273,7 +292,7 @@ def junit_xml(facts: RunFacts) -> str:
             element.text = detail
         elif len(passed) < len(scored):
             counts["failures"] += 1
-            element = ElementTree.SubElement(case, "failure", type="below_threshold", message=tally)
+            element = ElementTree.SubElement(case, "failure", type="not_passed", message=tally)
             element.text = detail
         out = ElementTree.SubElement(case, "system-out")
         out.text = detail
@@ -299,6 +318,7 @@ def junit_xml(facts: RunFacts) -> str:
         ("pass_threshold", threshold),
         ("mean_reward", (summary.get("reward_stats") or {}).get("mean")),
         ("output_path", str(facts.output_path)),
+        *((f"outcomes.{name}", count) for name, count in _outcomes(facts).items()),
     ):
         if value is not None and value != "":
             ElementTree.SubElement(properties, "property", name=name, value=printable(value))
@@ -365,9 +385,12 @@ class Outcome:
     resource: dict[str, Any]
     next_steps: list[str]
     error: Exception | None = None
+    errored: int = 0
+    """Attempts that errored, when every attempt that was not skipped did; else 0."""
 
     def finish(self, out: Any) -> None:
-        """Exit as documented: 1 for an error or an incomplete run, 3 below a gate, else 0."""
+        """Exit as documented: 1 for an error or an incomplete run, 5 when every attempt
+        errored, 3 below a gate, else 0."""
         import typer
 
         if self.error is not None:
@@ -383,6 +406,13 @@ class Outcome:
                 out.err_console.print(
                     f"gate failed: {gate.describe()}", markup=False, highlight=False
                 )
+        if self.errored:
+            out.err_console.print(
+                f"every attempt errored ({self.errored}): exit {ERRORED_EXIT_CODE}",
+                markup=False,
+                highlight=False,
+            )
+            raise typer.Exit(ERRORED_EXIT_CODE)
         if failed:
             raise typer.Exit(GATE_EXIT_CODE)
 
@@ -449,4 +479,17 @@ def conclude(
         resource=resource,
         next_steps=next_steps,
         error=error,
+        errored=all_errored(report.metrics),
     )
+
+
+def all_errored(summary: Mapping[str, Any]) -> int:
+    """How many attempts errored when every attempt not skipped did (the run exits
+    `ERRORED_EXIT_CODE`), else 0.
+
+        all_errored({"outcomes": {"passed": 0, "not_passed": 0, "errored": 3}})  # 3
+    """
+    counts = summary.get("outcomes") or {}
+    errored = int(counts.get("errored", 0))
+    graded = int(counts.get("passed", 0)) + int(counts.get("not_passed", 0))
+    return errored if errored and not graded else 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, OUTCOMES, describe_outcomes
 
 if TYPE_CHECKING:
     from osmosis.cli.eval.progress import EvalProgress
@@ -110,7 +110,10 @@ def run_command(
         "the model bridge, a clean environment, the workspace read-only.",
     ),
 ) -> None:
-    """Run an evaluation on this machine and write results under .osmosis/evals/<name>/."""
+    """Run an evaluation on this machine and write results under .osmosis/evals/<name>/.
+
+    Exit codes: 0 finished (wrong answers included), 1 an error or an incomplete run, 3 below
+    --min-pass-rate or --min-mean-reward, 5 every attempt errored, 130 interrupted."""
     from osmosis.cli.eval.report import check_gate_options, conclude, rerun_command
     from osmosis.cli.output import CLIError, output
     from osmosis.eval.errors import HostError
@@ -190,6 +193,7 @@ def run_command(
         ) from None
     finally:
         reporter.close()
+    _with_messages(report)
     # Gates, --report/--junit and --upload: what a CI job acts on (osmosis.cli.eval.report).
     outcome = conclude(
         out,
@@ -308,6 +312,9 @@ def _show_report(
         - metrics.get("skipped", 0),
         "failed": metrics.get("failed", 0),
         "skipped": metrics.get("skipped", 0),
+        # passed / not_passed / errored / skipped (osmosis.vocabulary.outcome); `succeeded` and
+        # `failed` stay for scripts that read them.
+        "outcomes": _outcomes(metrics),
         "resumed": report.resumed,
         "halted": report.halted,
         "duration_ms": report.duration_ms,
@@ -326,11 +333,13 @@ def _show_report(
         )
         return
     if report.failed_rows and out.mode.value == "rich":
-        out.info("Failed rows")
+        out.info("Errored rows")
         for row in report.failed_rows[:20]:
+            message = _first_line(row.get("error_message"))
             out.info(
                 f"  row {row['row_index']} run {row['run_index']}: "
-                f"error_type={row['error_type']} -> {row['rollout_dir']}"
+                f"error_type={row['error_type']}{': ' + message if message else ''} "
+                f"-> {row['rollout_dir']}"
             )
         if len(report.failed_rows) > 20:
             out.info(f"  … and {len(report.failed_rows) - 20} more (see index.jsonl)")
@@ -348,8 +357,7 @@ def results_table(report: RunReport) -> dict[str, Any]:
         "Run": report.run_name,
         "Work Items": (
             f"{m.get('total_samples', 0)}/{report.total_work_items} complete · "
-            f"{m.get('total_samples', 0) - m.get('failed', 0) - m.get('skipped', 0)} ok · "
-            f"{m.get('failed', 0)} failed · {m.get('skipped', 0)} skipped"
+            + describe_outcomes(_outcomes(m), sep=" · ")
         ),
         "Pass Rate": (
             f"{m.get('pass_rate', 0.0):.1%} ({m.get('passed', 0)}/{scored} scored, "
@@ -375,6 +383,35 @@ def results_table(report: RunReport) -> dict[str, Any]:
     table["Duration"] = f"{report.duration_ms / 1000:.1f}s"
     table["Output"] = str(report.output_path)
     return table
+
+
+def _outcomes(metrics: dict[str, Any]) -> dict[str, int]:
+    """The summary's outcome counts, every outcome present."""
+    counts = metrics.get("outcomes") or {}
+    return {name: int(counts.get(name, 0)) for name in OUTCOMES}
+
+
+def _first_line(message: object) -> str:
+    """An error message's first non-empty line, cut to fit a terminal line."""
+    from osmosis.cli.eval.report import printable
+
+    lines = [line.strip() for line in printable(message or "").splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def _with_messages(report: RunReport) -> None:
+    """Add each errored row's `error_message` (from the journal) to `report.failed_rows`."""
+    if not report.failed_rows:
+        return
+    from osmosis.cli.eval.local_runs import read_local_run
+
+    messages = {
+        record.rollout_id: record.error_message
+        for record in read_local_run(report.output_path).records()
+        if record.status == "failed"
+    }
+    for row in report.failed_rows:
+        row.setdefault("error_message", messages.get(row["rollout_id"]))
 
 
 def _interval(metrics: dict[str, Any], key: str) -> str:

@@ -223,7 +223,10 @@ def submit_command(
     yes: bool = YesOption,
     secrets_file: str | None = SecretsFileOption,
     wait: bool = typer.Option(
-        False, "--wait", help="Follow the run until it ends; exit 1 if it failed or stopped."
+        False,
+        "--wait",
+        help="Follow the run until it ends; exit 1 if it failed or stopped, "
+        "5 if every attempt errored.",
     ),
     min_pass_rate: float | None = typer.Option(
         None, "--min-pass-rate", help="With --wait: exit 3 when the pass rate is below this."

@@ -7,8 +7,8 @@ at least every `HEARTBEAT_S` seconds. The platform going away for a while (a res
 network blip, a 5xx) is said once and waited out for up to `UNREACHABLE_S` seconds: the run
 goes on there, and a CI job must not fail for a poll that found no answer. Ctrl-C stops
 following, not the run: it prints the command that follows it again. Exit codes as
-`eval run`: 1 when the run failed or was stopped (or the platform stayed away), 3 when it
-finished below a gate.
+`eval run`: 1 when the run failed or was stopped (or the platform stayed away), 5 when it
+finished with every attempt errored, 3 when it finished below a gate.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from osmosis.cli.eval.report import GATE_EXIT_CODE, check_gates
+from osmosis.cli.eval.report import ERRORED_EXIT_CODE, GATE_EXIT_CODE, all_errored, check_gates
 
 POLL_S: Final = 2.0
 HEARTBEAT_S: Final = 30.0
@@ -101,6 +101,7 @@ def follow(
         "status": run.status,
         "error": run.error,
         "metrics": summary or None,
+        "outcomes": summary.get("outcomes"),
         "gates": [gate.as_dict() for gate in gates],
     }
     finished = run.status == "finished"
@@ -122,5 +123,13 @@ def follow(
                 out.info(f"gate passed: {gate.describe()}")
         for gate in failed:
             out.err_console.print(f"gate failed: {gate.describe()}", markup=False, highlight=False)
+    errored = all_errored(summary)
+    if errored:
+        out.err_console.print(
+            f"every attempt errored ({errored}): exit {ERRORED_EXIT_CODE}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(ERRORED_EXIT_CODE)
     if failed:
         raise typer.Exit(GATE_EXIT_CODE)

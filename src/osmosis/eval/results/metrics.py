@@ -32,7 +32,7 @@ from osmosis.eval.results.intervals import (
     mean_ci,
     proportion_ci,
 )
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, passes
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, OUTCOMES, Outcome, outcome, passes
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -74,7 +74,13 @@ REFERENCE_SUMMARY_KEYS: Final = (
 )
 """Keys the reference summary can hold, in its order; the optional ones appear only when due."""
 
-EXTRA_SUMMARY_KEYS: Final = ("pass_hat_k", "confidence_intervals", "errors_by_type", "cost_usd")
+EXTRA_SUMMARY_KEYS: Final = (
+    "pass_hat_k",
+    "confidence_intervals",
+    "errors_by_type",
+    "cost_usd",
+    "outcomes",
+)
 """Keys `summarize` adds after the reference ones; `reference_summary` strips them."""
 
 
@@ -177,6 +183,7 @@ class _Scan:
     rows: dict[Hashable, list[Any]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     cost: float | None = None
+    outcomes: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
 
 
 class _Loose:
@@ -188,7 +195,7 @@ class _Loose:
 def _scan(attempts: Iterable[Attempt], pass_threshold: float) -> _Scan:
     # One pass, locals only: this loop is the whole cost of summarising 100,000 attempts.
     scan = _Scan()
-    rows, rewards, errors = scan.rows, scan.rewards, scan.errors
+    rows, rewards, errors, outcomes = scan.rows, scan.rewards, scan.errors, scan.outcomes
     total = skipped = failed = passed = tokens_used = 0
     max_run_index = -1
     costs: list[float] = []
@@ -201,6 +208,8 @@ def _scan(attempts: Iterable[Attempt], pass_threshold: float) -> _Scan:
             tokens_used += tokens
         if cost is not None and is_finite_number(cost):
             costs.append(float(cost))
+        graded = float(reward) if reward is not None and is_finite_number(reward) else None
+        outcomes[outcome(str(status), graded, pass_threshold)] += 1
         if status == "skipped":
             # remove_sample: out of every denominator; its tokens and cost were still spent.
             skipped += 1
@@ -436,6 +445,9 @@ def summarize(
         sorted(scan.errors.items(), key=lambda item: (-item[1], item[0]))
     )
     summary["cost_usd"] = scan.cost
+    # The four outcomes (`osmosis.vocabulary.outcome`): `failed` above counts errors only, so a
+    # wrong answer shows here as `not_passed`, never as a failure.
+    summary["outcomes"] = dict(scan.outcomes)
     return summary
 
 

@@ -72,15 +72,19 @@ class ListParams:
         sort: str = "row_index",
         q: Annotated[str, Query(max_length=1000)] = "",
         view: str = "",
+        outcome: str = "",
     ) -> None:
         low, high = _reward_range(min_reward, max_reward)
+        # `failed=1` is the older link for the errored attempts; it keeps working.
         self.failed = failed in {"1", "on", "true"}
+        self.outcome = outcome.strip()
         self.query = SampleQuery(
             status="failed" if self.failed else "",
             min_reward=low,
             max_reward=high,
             sort=sort,
             text=q.strip(),
+            outcome=self.outcome,
         )
         if view and view not in VIEWS:
             raise ValidationFailed(
@@ -93,6 +97,7 @@ class ListParams:
         self.params = page_params(
             {
                 "failed": "1" if self.failed else None,
+                "outcome": self.outcome or None,
                 "min_reward": self.min_reward,
                 "max_reward": self.max_reward,
                 "sort": None if sort == "row_index" else sort,
@@ -229,7 +234,9 @@ def sample(
         attempt=attempt,
         row_input=index.input_of(attempt),
         input_problem=index.input_problem,
-        traceback=find_traceback(directory, attempt.rollout_id, convo.osmosis)
+        traceback=find_traceback(
+            directory, attempt.rollout_id, convo.osmosis, attempt.error_message
+        )
         if attempt.status == "failed"
         else None,
         neighbours=index.neighbours(filters.query, attempt.key),

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from osmosis.platform.web.session import CSRF_FIELD, Viewer
-from osmosis.vocabulary import passes
+from osmosis.vocabulary import OUTCOME_LABELS, outcome, passes
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -81,7 +81,13 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(percent=percent, number=number, duration=duration, when=when, cell=cell)
-    env.globals.update(query=query, csrf_field=CSRF_FIELD, passes=passes)
+    env.globals.update(
+        query=query,
+        csrf_field=CSRF_FIELD,
+        passes=passes,
+        outcome_of=outcome,
+        outcome_labels=OUTCOME_LABELS,
+    )
     return env
 
 

@@ -36,7 +36,7 @@ from osmosis.eval.results.metrics import pass_at_k_estimate
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.trajectory import MAX_BYTES, final_output, first_user_message
-from osmosis.vocabulary import ATTEMPT_STATUSES, passes
+from osmosis.vocabulary import ATTEMPT_STATUSES, OUTCOMES, outcome, passes
 from osmosis.wire.runs import ATTEMPT_SORTS
 
 JOURNAL = "events.jsonl"
@@ -100,6 +100,8 @@ class SampleQuery:
     max_reward: float | None = None
     sort: str = "row_index"
     text: str = ""
+    outcome: str = ""
+    """One of `osmosis.vocabulary.OUTCOMES` (`not_passed`, `errored`, ...), or any."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -107,6 +109,8 @@ class SampleQuery:
             problems.append(
                 f"status must be one of {', '.join(ATTEMPT_STATUSES)}; got {self.status!r}"
             )
+        if self.outcome and self.outcome not in OUTCOMES:
+            problems.append(f"outcome must be one of {', '.join(OUTCOMES)}; got {self.outcome!r}")
         if self.sort not in ATTEMPT_SORTS:
             problems.append(f"sort must be one of {', '.join(ATTEMPT_SORTS)}; got {self.sort!r}")
         if len(self.text) > MAX_QUERY:
@@ -342,7 +346,7 @@ class SampleIndex:
     def query(self, query: SampleQuery) -> list[Sample]:
         """The attempts `query` admits, in its order; a search reads every text first."""
         with self._lock:
-            chosen = [s for s in self.samples if _admits(query, s)]
+            chosen = [s for s in self.samples if _admits(query, s, self.pass_threshold)]
             words = terms(query.text)
             if words:
                 self.with_texts(chosen)
@@ -382,6 +386,10 @@ class SampleIndex:
                 )
         return Neighbours(None, chosen[0] if chosen else None, None, len(chosen))
 
+    def outcome_of(self, sample: Sample) -> str:
+        """What the attempt came to at this run's threshold (`osmosis.vocabulary.outcome`)."""
+        return outcome(sample.status, sample.reward, self.pass_threshold)
+
     def csv_rows(self, query: SampleQuery) -> Iterator[list[Any]]:
         """The samples table as CSV rows, header first, in the list's order."""
         yield list(CSV_COLUMNS)
@@ -401,6 +409,7 @@ class SampleIndex:
                     _safe_cell(row.user if row else None),
                     _safe_cell(sample.output),
                     sample.rollout_id,
+                    self.outcome_of(sample),
                 ]
 
 
@@ -416,11 +425,14 @@ CSV_COLUMNS = (
     "input",
     "output",
     "rollout_id",
+    "outcome",
 )
 
 
-def _admits(query: SampleQuery, sample: Sample) -> bool:
+def _admits(query: SampleQuery, sample: Sample, threshold: float) -> bool:
     if query.status and sample.status != query.status:
+        return False
+    if query.outcome and outcome(sample.status, sample.reward, threshold) != query.outcome:
         return False
     if query.min_reward is not None or query.max_reward is not None:
         if sample.reward is None:

@@ -25,7 +25,13 @@ from fastapi import Depends, Request
 from osmosis.platform.core.errors import NotFound
 from osmosis.platform.web.samples_index import SampleIndex
 from osmosis.platform.web.session import Viewer
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, RUN_STATUSES, TERMINAL_RUN_STATUSES
+from osmosis.vocabulary import (
+    DEFAULT_PASS_THRESHOLD,
+    OUTCOMES,
+    RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    outcomes_of_counts,
+)
 
 RUNS_PER_PAGE = 25
 # pending and running: a local run is live while `running` too (its lock is held).
@@ -49,11 +55,25 @@ class Tally:
     tokens: int = 0
     avg_reward: float | None = None
     pass_rate: float | None = None
+    recorded_outcomes: Mapping[str, int] | None = None
+    """The engine's count of each outcome (metrics.json `summary.outcomes`), when it has one."""
 
     @property
     def all_failed(self) -> bool:
         """Attempts were recorded and not one of those scored ended without an error."""
         return self.failed > 0 and self.failed == self.completed - self.skipped
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """How many attempts came to each outcome (`osmosis.vocabulary.outcome`): the engine's
+        count when it covers every recorded attempt, else from the counts (errored = failed)."""
+        recorded = self.recorded_outcomes
+        if recorded is not None and sum(recorded.get(k, 0) for k in OUTCOMES) == self.completed:
+            return {name: int(recorded.get(name, 0)) for name in OUTCOMES}
+        counts = outcomes_of_counts(
+            completed=self.completed, passed=self.passed, failed=self.failed, skipped=self.skipped
+        )
+        return {name: count for name, count in counts.items()}
 
 
 @dataclass(frozen=True)
@@ -110,10 +130,10 @@ class RunView:
 
     @property
     def shown_status(self) -> str:
-        """The status badge: a run that finished with every attempt failed is `all failed`,
+        """The status badge: a run that finished with every attempt errored is `all errored`,
         never a green `finished`."""
         if self.status == "finished" and self.tally.all_failed:
-            return "all failed"
+            return "all errored"
         return self.status
 
 

@@ -150,6 +150,7 @@ class LocalSource:
             tokens=int(_number(summary.get("tokens_used")) or 0),
             avg_reward=_number(stats.get("mean")),
             pass_rate=_number(summary.get("pass_rate")) if completed else None,
+            recorded_outcomes=_counts(summary.get("outcomes")),
         )
         dataset_path = provenance.get("dataset_path")
         return RunView(
@@ -321,6 +322,13 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    """A `{name: count}` mapping from metrics.json, or None when it holds none."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): int(v) for k, v in value.items() if _number(v) is not None}
 
 
 def _int(value: Any) -> int | None:

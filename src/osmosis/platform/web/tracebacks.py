@@ -9,7 +9,8 @@ rollout server's log, which the engine writes into the run's `logs.txt` as `[rol
 So the traceback is looked for, in order, where the reference keeps backend diagnostics
 (`rollout_trials/<rollout_id>/diagnostics.json`), in the trajectory's `extra.osmosis`, and
 then in `logs.txt`: the rollout server's "... of rollout <id> failed" (or "rollout <id>
-crashed") record and the traceback lines that follow it. Files are redacted by their writers.
+crashed") record and the traceback lines that follow it, and last in the attempt's own error
+message, when a writer put the whole traceback there. Files are redacted by their writers.
 """
 
 from __future__ import annotations
@@ -38,14 +39,17 @@ _KEYS = ("traceback", "err_traceback", "stack", "stacktrace")
 @dataclass(frozen=True)
 class FoundTraceback:
     text: str
-    source: str  # "diagnostics.json", "trajectory" or "logs.txt"
+    source: str  # "diagnostics.json", "trajectory", "logs.txt" or "error message"
 
 
 def find_traceback(
-    run_dir: Path, rollout_id: str, osmosis: Mapping[str, Any] | None
+    run_dir: Path,
+    rollout_id: str,
+    osmosis: Mapping[str, Any] | None,
+    error_message: str | None = None,
 ) -> FoundTraceback | None:
     """The attempt's traceback from the first place that has one, or None; `osmosis` is
-    the trajectory's `extra.osmosis` block."""
+    the trajectory's `extra.osmosis` block, `error_message` the journal's."""
     if not _ROLLOUT_ID.fullmatch(rollout_id):
         return None
     # The rollout wrote rollout_trials/ itself: no link is followed on the way to the file.
@@ -60,7 +64,12 @@ def find_traceback(
         if text:
             return FoundTraceback(_clip(text), source)
     text = _from_log(run_dir / LOG_FILE, rollout_id)
-    return FoundTraceback(_clip(text), "logs.txt") if text else None
+    if text:
+        return FoundTraceback(_clip(text), "logs.txt")
+    start = (error_message or "").find(_TRACEBACK.decode())
+    if start != -1 and error_message is not None:
+        return FoundTraceback(_clip(error_message[start:]), "error message")
+    return None
 
 
 def _read_json(path: Path | None) -> Any:

@@ -35,4 +35,17 @@ def test_passes_follow_the_pass_threshold_and_skips_leave_the_denominator():
     ):
         progress.advance(attempt)
     assert (progress.passed, progress.scored, progress.failed) == (1, 3, 1)
-    assert progress.summary().startswith("pass 33% · failed 1 · tokens 40")
+    assert progress.outcomes == {"passed": 1, "not_passed": 1, "errored": 1, "skipped": 1}
+    assert progress.summary().startswith(
+        "pass 33% · 1 passed · 1 not passed · 1 errored · 1 skipped · tokens 40"
+    )
+
+
+def test_the_line_names_wrong_answers_apart_from_errors():
+    progress = EvalProgress(Output(mode=Mode.PLAIN, _console=Console(record=True)))
+    progress.start_progress(2, 0, pass_threshold=1.0)
+    progress.advance(record(0, "success", 0.0))
+    progress.advance(record(1, "success", 1.0))
+    assert progress.summary().startswith(
+        "pass 50% · 1 passed · 1 not passed · 0 errored · 0 skipped · tokens 20"
+    )

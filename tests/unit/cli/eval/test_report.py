@@ -156,6 +156,53 @@ def test_a_run_whose_every_attempt_failed_is_not_reported_as_plainly_finished() 
     mixed = [attempt(0, 0, "fail"), attempt(1, 0, 1.0)]
 
     assert markdown_report(facts(failed)).splitlines()[0] == (
-        "## osmosis eval run `ci-run`: finished, every attempt failed"
+        "## osmosis eval run `ci-run`: finished, every attempt errored"
     )
     assert markdown_report(facts(mixed)).splitlines()[0] == "## osmosis eval run `ci-run`: finished"
+
+
+def test_junit_and_the_report_count_the_four_outcomes() -> None:
+    text = junit_xml(facts(RECORDS))
+    report = markdown_report(facts(RECORDS))
+
+    properties = {
+        p.get("name"): p.get("value") for p in ElementTree.fromstring(text).iter("property")
+    }
+    outcomes = {
+        k: properties[f"outcomes.{k}"] for k in ("passed", "not_passed", "errored", "skipped")
+    }
+    assert outcomes == {"passed": "4", "not_passed": "1", "errored": "1", "skipped": "2"}
+    failure = ElementTree.fromstring(text).find(".//failure")
+    assert failure is not None and failure.get("type") == "not_passed"
+    assert "attempt 0: reward 0 (not passed)" in (failure.text or "")
+    assert "complete: 4 passed, 1 not passed, 1 errored, 2 skipped" in report
+    assert "### Errored attempts (1)" in report
+
+
+@pytest.mark.parametrize(
+    ("records", "errored"),
+    [
+        ([attempt(0, 0, "fail"), attempt(1, 0, "fail"), attempt(2, 0, "skip")], 2),
+        ([attempt(0, 0, "fail"), attempt(1, 0, 0.0)], 0),  # a wrong answer is not an error
+        ([attempt(0, 0, 0.0)], 0),
+        ([attempt(0, 0, "skip")], 0),
+    ],
+)
+def test_only_a_run_whose_every_attempt_errored_exits_with_its_own_code(
+    records: list[AttemptRecord], errored: int
+) -> None:
+    import typer
+    from rich.console import Console
+
+    from osmosis.cli.eval.report import ERRORED_EXIT_CODE, Outcome, all_errored
+    from osmosis.cli.output import Mode, Output
+
+    assert all_errored(summarize(records)) == errored
+    out = Output(mode=Mode.PLAIN, _console=Console(record=True))
+    outcome = Outcome(status="finished", gates=[], resource={}, next_steps=[], errored=errored)
+    if errored:
+        with pytest.raises(typer.Exit) as exit_:
+            outcome.finish(out)
+        assert exit_.value.exit_code == ERRORED_EXIT_CODE == 5
+    else:
+        outcome.finish(out)  # wrong answers alone: exit 0

@@ -654,3 +654,19 @@ def test_a_hundred_thousand_attempts_summarise_quickly() -> None:
     # Resampling every attempt 2000 times would take minutes; a few seconds is the budget
     # even on a busy machine.
     assert elapsed < 15
+
+
+def test_outcomes_count_wrong_answers_apart_from_errors() -> None:
+    rows = [
+        {"row_index": 0, "run_index": 0, "status": "success", "reward": 1.0},
+        {"row_index": 1, "run_index": 0, "status": "success", "reward": 0.0},
+        {"row_index": 2, "run_index": 0, "status": "success"},  # not graded
+        {"row_index": 3, "run_index": 0, "status": "failed", "error_type": "timeout"},
+        {"row_index": 4, "run_index": 0, "status": "skipped"},
+    ]
+
+    summary = summarize(rows, pass_threshold=1.0)
+
+    assert summary["outcomes"] == {"passed": 1, "not_passed": 2, "errored": 1, "skipped": 1}
+    assert summary["failed"] == 1  # today's key keeps its meaning: errored attempts
+    assert "outcomes" not in reference_summary(summary)
