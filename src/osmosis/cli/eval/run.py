@@ -86,6 +86,19 @@ def run_command(
     max_model_calls: int | None = typer.Option(
         None, "--max-model-calls", help="Budget: halt (resumable) after this many model calls."
     ),
+    cache: str | None = typer.Option(
+        None,
+        "--cache",
+        help="Model calls from the run's record: off, use (a recorded answer for the same "
+        "attempt and request, else the model) or replay (the record only; a miss fails the "
+        "call with cache_miss). Default: the config's cache (off).",
+    ),
+    replay_from: str | None = typer.Option(
+        None,
+        "--replay-from",
+        help="Answer model calls from another run's record (its directory or name); implies "
+        "--cache replay unless --cache says use.",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Skip the confirmation."),
     verbose: bool = typer.Option(False, "--verbose", help="Stream log lines to the terminal."),
     min_pass_rate: float | None = typer.Option(
@@ -139,6 +152,8 @@ def run_command(
         max_cost_usd=max_cost_usd,
         max_model_calls=max_model_calls,
     )
+    if cache is not None and cache not in ("off", "use", "replay"):
+        raise CLIError(f"--cache must be off, use or replay, got {cache!r}")
     if max_cost_usd is not None and not math.isfinite(max_cost_usd):
         raise CLIError("--max-cost-usd must be a finite number of dollars")
     _check_executor(executor, ray_address=ray_address, sandbox=sandbox)
@@ -164,6 +179,8 @@ def run_command(
         max_tokens_total=max_tokens_total,
         max_cost_usd=max_cost_usd,
         max_model_calls=max_model_calls,
+        cache=cache,
+        replay_from=replay_from,
     )
     try:
         try:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from osmosis._version import __version__
 from osmosis.eval.inputs.config import (
@@ -35,6 +35,7 @@ from osmosis.eval.inputs.dataset import (
 from osmosis.eval.inputs.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
 from osmosis.eval.inputs.sources import source_digest
 from osmosis.eval.model.bridge_budget import Budget
+from osmosis.eval.model.bridge_record import CACHE_MODES, RECORD_FILE, CacheMode
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.rollout.types import PROTOCOL_VERSION
 
@@ -110,6 +111,12 @@ class RunOptions:
     dataset_origin: str = "explicit"
     """How `dataset_file` was found, as the plan shows it: explicit (--dataset-file), cache or
     download (the platform dataset, fetched by the CLI)."""
+    cache: str | None = None
+    """`--cache off|use|replay`: model calls answered from the run's record; None: the config's
+    `cache` (or `replay` when `replay_from` is given and the config says `off`)."""
+    replay_from: str | None = None
+    """`--replay-from`: another run (its directory, or its name under the output root) whose
+    record of model calls answers this run's."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,22 @@ class RunPlan:
     entrypoint: Path
     source_digest: str
     options: RunOptions
+    replay_record: Path | None = None
+    """The record of model calls `--replay-from` named (`model_calls.jsonl`); None: none."""
+
+    @property
+    def cache_mode(self) -> CacheMode:
+        """`off`, `use` or `replay`: the flag over the config (see `RunOptions.cache`)."""
+        mode = _cache_mode(self.config, self.options)
+        assert mode in CACHE_MODES  # plan_run checked it
+        return cast(CacheMode, mode)
+
+    @property
+    def record_sources(self) -> list[Path]:
+        """The records this run's calls may be answered from: its own (a resume), then the
+        one `--replay-from` named."""
+        own = self.run_dir / RECORD_FILE
+        return [own, *([self.replay_record] if self.replay_record is not None else [])]
 
     @property
     def name(self) -> str:
@@ -231,6 +254,7 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
     if not name or "/" in name or name.startswith("."):
         raise PlanError(f"invalid run name {name!r}: use letters, digits, '-', '_' and '.'")
     run_dir = output_root / name
+    replay_record = _replay_record(config, options, output_root, run_dir)
 
     try:
         selection = select_rows(
@@ -266,7 +290,59 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
         entrypoint=entrypoint,
         source_digest=source_digest(rollout_dir),
         options=options,
+        replay_record=replay_record,
     )
+
+
+def _cache_mode(config: EvalConfig, options: RunOptions) -> str:
+    if options.cache is not None:
+        return options.cache
+    if options.replay_from is not None and config.evaluation.cache == "off":
+        return "replay"
+    return config.evaluation.cache
+
+
+def _replay_record(
+    config: EvalConfig, options: RunOptions, output_root: Path, run_dir: Path
+) -> Path | None:
+    """The record `--replay-from` names; PlanError when the cache mode has nothing to read."""
+    mode = _cache_mode(config, options)
+    if mode not in CACHE_MODES:
+        raise PlanError(f"--cache must be off, use or replay, got {mode!r}")
+    own = run_dir / RECORD_FILE
+    if options.replay_from is None:
+        if mode == "replay" and (options.fresh or not own.is_file()):
+            raise PlanError(
+                f"cache replay: run {run_dir.name} has no record of model calls to replay",
+                details={"record": str(own)},
+                hint="name the recorded run with --replay-from RUN_DIR_OR_NAME",
+            )
+        return None
+    if mode == "off":
+        raise PlanError(
+            "--replay-from reads another run's model calls: it needs --cache use or replay",
+            details={"replay_from": options.replay_from},
+        )
+    given = Path(options.replay_from).expanduser()
+    source = given if given.is_dir() else output_root / options.replay_from
+    if given.is_file() and given.name == RECORD_FILE:
+        source = given.parent
+    record = source / RECORD_FILE
+    if not record.is_file():
+        raise PlanError(
+            f"--replay-from {options.replay_from}: no record of model calls ({RECORD_FILE}) "
+            f"in {source}",
+            details={"replay_from": options.replay_from, "record": str(record)},
+            hint="name a run directory, or a run name under the output root, that ran with "
+            "this version of osmosis",
+        )
+    if options.fresh and source.resolve() == run_dir.resolve():
+        raise PlanError(
+            "--fresh archives this run's directory, record included: replay it into a new "
+            "--name instead",
+            details={"replay_from": options.replay_from},
+        )
+    return record.resolve()
 
 
 def _find_dataset(config: EvalConfig, workspace: Path, options: RunOptions) -> tuple[Path, str]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from osmosis.eval.engine import DEFAULT_OUTAGE_WAIT_SEC, Engine, EngineOutcome, EngineSettings
 from osmosis.eval.errors import HostError
+from osmosis.eval.host.attempt_keys import KeyedSite
 from osmosis.eval.host.plan import RunOptions, RunPlan
 from osmosis.eval.host.run_dir import RunDirectory, Slots, redact_record
 from osmosis.eval.inputs.dataset import read_rows
@@ -48,6 +49,7 @@ from osmosis.vocabulary import LocalRunStatus
 
 if TYPE_CHECKING:
     from osmosis.eval.model.bridge import Budget, ModelBridge, Spend
+    from osmosis.eval.model.bridge_record import CallRecorder
     from osmosis.eval.sites.environment import RolloutEnvironment
 
 
@@ -261,8 +263,10 @@ async def _dispatch(
             plan.total_work_items - pending,
             pass_threshold=evaluation.pass_threshold,
         )
+        recorder = bridge.recorder
         engine = Engine(
-            site=site,
+            # Each admitted rollout tells the call record its attempt (row, run index).
+            site=KeyedSite(site, recorder.assign) if recorder is not None else site,
             bridge=bridge,
             sink=run,
             settings=EngineSettings(
@@ -285,6 +289,11 @@ async def _dispatch(
             with contextlib.suppress(asyncio.CancelledError):
                 await budget_watch
             _note_bridge(bridge, run, report)
+            if recorder is not None and recorder.mode != "off":
+                run.log(
+                    f"cache {recorder.mode}: {recorder.hits} model calls answered from the "
+                    f"record, {recorder.misses} not in it"
+                )
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
@@ -333,9 +342,11 @@ async def _policy(
                 target = resolve_model(model_path, environ)
         except (LocalModelError, ModelResolutionError) as error:
             raise RunFailed(str(error), hint="nothing was dispatched") from None
-        log(f"checking model {model_path}")
+        recorder = _recorder(plan, redactor)
         try:
-            await preflight(target, redact=redactor.redact)
+            if recorder.mode != "replay":  # a replay never calls the model: it may be down
+                log(f"checking model {model_path}")
+                await preflight(target, redact=redactor.redact)
         except ModelPreflightError as error:
             raise RunFailed(
                 f"model pre-flight failed for {model_path}: {redactor.redact(str(error))}",
@@ -373,6 +384,7 @@ async def _policy(
             budget=budget,
             spent_before=spent,
             price=price,
+            recorder=recorder,
         )
         try:
             await bridge.start(host=plan.options.bridge_host)
@@ -392,6 +404,22 @@ async def _policy(
         if budget.limited:
             log(f"budget: {_describe_budget(budget, spent)}")
         yield bridge
+
+
+def _recorder(plan: RunPlan, redactor: Redactor) -> CallRecorder:
+    """The run's record of model calls (`model_calls.jsonl`), with the answers it may give."""
+    from osmosis.eval.model.bridge_record import RECORD_FILE, CallRecorder, RecordError
+
+    try:
+        return CallRecorder(
+            plan.run_dir / RECORD_FILE,
+            mode=plan.cache_mode,
+            sources=plan.record_sources,
+            redact=redactor.redact_obj,
+            model=plan.config.experiment.model_path,
+        )
+    except RecordError as error:
+        raise RunFailed(str(error), hint="nothing was dispatched") from None
 
 
 def _note_bridge(bridge: ModelBridge, run: RunDirectory, report: RunReport) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -91,6 +91,9 @@ class EvaluationConfig(_Frozen):
     )
     output_usd_per_mtok: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="Price override: USD per 1M output."
+    )
+    cache: Literal["off", "use", "replay"] = Field(
+        default="off", description="Model calls from the run's record: off, use or replay."
     )
 
 

@@ -34,7 +34,9 @@ EVALUATION_KEYS = (
     "max_model_calls",
     "input_usd_per_mtok",
     "output_usd_per_mtok",
+    "cache",
 )
+CACHE_MODES = ("off", "use", "replay")
 PRICE_KEYS = ("input_usd_per_mtok", "output_usd_per_mtok")
 SECRETS_KEYS = ("required",)
 
@@ -368,6 +370,13 @@ class Checker:
                     self.add(("evaluation", key), message)
                 else:
                     clean[key] = float(value)
+        if "cache" in table:
+            value = table["cache"]
+            if value not in CACHE_MODES or not isinstance(value, str):
+                message = f'must be "off", "use" or "replay", got {_describe(value)}'
+                self.add(("evaluation", "cache"), message)
+            else:
+                clean["cache"] = value
         given = [key for key in PRICE_KEYS if key in table]
         if len(given) == 1:
             other = next(key for key in PRICE_KEYS if key not in table)

@@ -52,6 +52,13 @@ it is forwarded against what the run spent (`spent()` plus `spent_before`); once
 reached the call is held unanswered, `budget_exhausted` is set (`budget_reason` says which
 limit) and the host halts the run, whose `forget` lets the held call go with a 503.
 
+Record and replay (`osmosis.eval.model.bridge_record`): with a `CallRecorder`, every answered
+call is appended to the run's record under its attempt key (row, run index, call sequence;
+the host assigns each rollout id its attempt as it is admitted: `bridge.recorder.assign`).
+In `use` mode a call whose key and request are recorded is answered from the record, in
+`replay` mode only from it: a miss is answered 404 `cache_miss` and never reaches the
+provider. Answers from the record cost no tokens, no budget and no provider call.
+
 The probe is a one-token chat completion, not `GET /models`: it goes through the very path
 rollouts use (transport, credentials, model name, LiteLLM translation), it is the one request
 every provider supports, and an inference server whose engine is wedged often still lists
@@ -74,7 +81,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic_core
@@ -83,6 +90,7 @@ from osmosis.eval.model.bridge_budget import Budget, BudgetGuard, Spend
 from osmosis.eval.model.bridge_calls import CallLog, CallRecord, Usage
 from osmosis.eval.model.bridge_http import AsgiServer, Refusal
 from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
+from osmosis.eval.model.bridge_record import CACHE_MISS, AttemptKey, CallRecorder
 from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
 from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
 from osmosis.eval.model.pricing import Price, price_for
@@ -167,6 +175,8 @@ class _Outcome:
     attempts: int = 0
     released: bool = False
     """The engine forgot the rollout while this call waited: nothing is recorded."""
+    replayed: bool = False
+    """Answered from the run's record of calls: no provider call, no tokens spent."""
 
 
 class ModelBridge:
@@ -194,6 +204,8 @@ class ModelBridge:
             is reached, no call is forwarded again and `budget_exhausted` is set.
         spent_before: what the run's earlier invocations spent, counted against `budget`.
         price: the run's model price, instead of LiteLLM's table (a model it does not list).
+        recorder: the run's record of calls (`bridge_record`): every answer is appended to it,
+            and in `use` / `replay` mode calls are answered from it. None: nothing recorded.
 
         bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
         await bridge.start()
@@ -216,6 +228,7 @@ class ModelBridge:
         budget: Budget = Budget(),  # noqa: B008 - frozen, like retry
         spent_before: Spend = Spend(),  # noqa: B008 - frozen, like retry
         price: Price | None = None,
+        recorder: CallRecorder | None = None,
     ) -> None:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -250,6 +263,8 @@ class ModelBridge:
         self.budget_exhausted = self._budget.exhausted
         """Set once a limit of the run's budget is reached: calls are held from then on."""
         self._forwarded = 0  # calls admitted past the budget to the provider
+        self.recorder = recorder
+        """The run's record of calls; None: calls are neither recorded nor replayed."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
@@ -326,6 +341,8 @@ class ModelBridge:
             await server.stop()
         for task in list(self._pending):
             task.cancel()
+        if self.recorder is not None:
+            self.recorder.close()  # flushed: a halt or Ctrl-C keeps every answered call
         transport, self._transport = self._transport, None
         if transport is not None:
             await transport.aclose()
@@ -411,6 +428,8 @@ class ModelBridge:
         self._watch.release(rollout_id)
         self._budget.release(rollout_id)
         self._log.forget(rollout_id)
+        if self.recorder is not None:
+            self.recorder.forget(rollout_id)
 
     # -- the budget ----------------------------------------------------------------------------
     @property
@@ -551,7 +570,7 @@ class ModelBridge:
             messages=messages,
             params=params,
             status=outcome.status,
-            completion=outcome.completion.payload if outcome.completion is not None else None,
+            completion=_spent_payload(outcome),
             error=outcome.error,
             attempts=outcome.attempts,
         )
@@ -566,6 +585,74 @@ class ModelBridge:
     ) -> _Outcome:
         # The run's model, whatever the client named: the bridge pins it.
         request = {**params, "model": self.target.model, "messages": messages}
+        recorder = self.recorder
+        if recorder is not None:
+            return await self._recorded_call(
+                recorder, rollout_id, started_at, began, messages, params, request
+            )
+        return await self._forward(rollout_id, started_at, began, messages, params, request)
+
+    async def _recorded_call(
+        self,
+        recorder: CallRecorder,
+        rollout_id: str,
+        started_at: datetime,
+        began: float,
+        messages: list[Any],
+        params: dict[str, Any],
+        request: dict[str, Any],
+    ) -> _Outcome:
+        """A call with the run's record: answered from it when the cache mode says so,
+        else forwarded; what the provider answers is appended to it."""
+        key = recorder.next_key(rollout_id)
+        normalised, digest = recorder.prepare({**params, "messages": messages})
+        if recorder.mode != "off":
+            answer = recorder.lookup(key, digest)
+            if isinstance(answer, dict):
+                outcome = _Outcome(200, completion=Completion(answer), replayed=True)
+                if key is not None:
+                    self._write_record(recorder, key, normalised, digest, answer, "record")
+                self._record(rollout_id, started_at, began, messages, params, outcome)
+                return outcome
+            if recorder.mode == "replay":
+                message = (
+                    f"{CACHE_MISS}: {answer.reason}; the run replays model answers from its "
+                    "record only, and the provider was not called"
+                )
+                outcome = _Outcome(404, error=message, code=CACHE_MISS)
+                self._record(rollout_id, started_at, began, messages, params, outcome)
+                return outcome
+        outcome = await self._forward(rollout_id, started_at, began, messages, params, request)
+        if key is not None and outcome.completion is not None and not outcome.released:
+            self._write_record(
+                recorder, key, normalised, digest, outcome.completion.payload, "provider"
+            )
+        return outcome
+
+    def _write_record(
+        self,
+        recorder: CallRecorder,
+        key: AttemptKey,
+        normalised: dict[str, Any],
+        digest: str,
+        payload: dict[str, Any],
+        source: Literal["provider", "record"],
+    ) -> None:
+        try:
+            recorder.write(key, normalised, digest, payload, source=source)
+        except OSError as error:  # a full disk loses the record, not the call
+            logger.warning("model bridge: cannot append to the call record: %s", error)
+
+    async def _forward(
+        self,
+        rollout_id: str,
+        started_at: datetime,
+        began: float,
+        messages: list[Any],
+        params: dict[str, Any],
+        request: dict[str, Any],
+    ) -> _Outcome:
+        """Forward one call to the provider (past the budget) and record it for its attempt."""
         if not self._budget.admit(self.spent()):
             # Held, not answered: an answer the rollout could fail on would record its attempt
             # failed. The run halts on `budget_exhausted`; `forget` lets the call go.
@@ -705,6 +792,17 @@ class ModelBridge:
         else:
             tail = sse_stream(outcome.completion.payload, include_usage=include_usage)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _spent_payload(outcome: _Outcome) -> dict[str, Any] | None:
+    """The completion a call's record counts: an answer from the run's record spent nothing,
+    so its `usage` is left out (the rollout still receives it)."""
+    if outcome.completion is None:
+        return None
+    payload = outcome.completion.payload
+    if outcome.replayed:
+        return {key: value for key, value in payload.items() if key != "usage"}
+    return payload
 
 
 def _shown(host: str) -> str:
