@@ -21,8 +21,12 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from osmosis.testing import FakeModelServer
 from osmosis.wire.official import REVIEWED_CLI_RANGE, in_reviewed_range, parse_cli_version
+from osmosis.wire.runs import EvalRunDetail
+from tests.e2e.workspace import make_workspace, row
 from tests.platform.conftest import LocalPlatform, RunningPlatform, clean_env
+from tests.platform.eval_world import Server, finished
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -398,3 +402,267 @@ def test_a_dataset_larger_than_a_request_body_uploads_whole(official):
     assert done["status"] == "success", done
     ours = official.ours("GET", "/api/datasets/big").json()
     assert ours["rows"] == 40_000 and ours["sha256"] == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+# -- eval submit: a GitHub-shaped workspace served from a local mirror --------------------------
+SUBMIT_IDENTITY = "probe/evals"
+SUBMIT_ROWS = [row("ok", 2, 7), row("ok", 3, 7), row("ok", 4, 7), row("wrong", 5, 7)]
+
+
+@dataclass
+class SubmitWorld:
+    """A server that runs evaluations on the scripted model, with `OSMOSIS_GIT_URL_REWRITE`
+    mapping `https://github.com/probe/` to a directory of bare mirrors, and a workspace whose
+    origin is `https://github.com/probe/evals.git` (pushed, through `pushInsteadOf`, to the
+    mirror), driven by the official CLI."""
+
+    server: Server
+    cli: OfficialCli
+    mirror: Path
+    commit_sha: str
+
+    def config(self, name: str, **changes: str) -> str:
+        """`configs/eval/<name>.toml`: the scripted config with `old=new` text replacements."""
+        text = (self.cli.workspace / "configs" / "eval" / "scripted.toml").read_text()
+        for old, new in changes.items():
+            text = text.replace(old, new)
+        (self.cli.workspace / "configs" / "eval" / f"{name}.toml").write_text(text)
+        return f"configs/eval/{name}.toml"
+
+    def submit(self, config: str, env: dict[str, str] | None = None) -> dict:
+        return self.cli.json("eval", "submit", config, "--yes", env=env)
+
+    def finished(self, run: str) -> EvalRunDetail:
+        with self.server.client() as client:
+            detail = finished(client, run, timeout=180)
+        assert detail.eval_run.status == "finished", detail.eval_run.error
+        return detail
+
+
+def _git_in(tree: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args],
+                          cwd=tree, capture_output=True, text=True, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def submit_world(
+    tmp_path_factory: pytest.TempPathFactory, module_databases
+) -> Iterator[SubmitWorld]:
+    if not OFFICIAL.exists():
+        pytest.skip("no .venv-interop (make install builds it when osmosis-ai installs here)")
+    root = tmp_path_factory.mktemp("official-submit")
+    mirrors = root / "mirrors"
+    mirror = mirrors / "evals.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(mirror)], check=True)
+    tree = root / "ws"
+    tree.mkdir()
+    make_workspace(tree, SUBMIT_ROWS, limit=4, secrets=[])
+    (tree / "configs" / "training").mkdir()
+    github = f"https://github.com/{SUBMIT_IDENTITY}.git"
+    _git_in(tree, "init", "-q", "-b", "main")
+    _git_in(tree, "remote", "add", "origin", github)
+    _git_in(tree, "config", f"url.{mirror}.pushInsteadOf", github)
+    _git_in(tree, "add", "-A")
+    _git_in(tree, "commit", "-q", "-m", "workspace")
+    _git_in(tree, "push", "-q", "origin", "HEAD:main")
+    with FakeModelServer(script={"[wrong]": "0"}) as model:
+        server = Server.start(
+            root / "server",
+            model,
+            databases=module_databases,
+            OSMOSIS_GIT_URL_REWRITE=f"https://github.com/probe/={mirrors}/",
+            # The operator admits the mirrors as well as the GitHub names they stand for.
+            OSMOSIS_CLONE_ALLOW=f"github.com/probe/*, {mirrors}",
+        )
+        try:
+            env = clean_env(
+                HOME=str(root / "home"),
+                OSMOSIS_PLATFORM_URL=server.url,
+                OSMOSIS_TOKEN=server.admin_token,
+                OSMOSIS_TOKEN_PLATFORM_URL=server.url,
+                OSMOSIS_TOKEN_STORE="file",
+                NO_COLOR="1",
+            )
+            env.pop("XDG_CONFIG_HOME", None)
+            platform = RunningPlatform(url=server.url, home=server.home, config_dir=root,
+                                       env=server.env, databases=module_databases)  # fmt: skip
+            cli = OfficialCli(workspace=tree, env=env, platform=platform)
+            headers = {
+                "Authorization": f"Bearer {server.admin_token}",
+                "X-Osmosis-Git": SUBMIT_IDENTITY,
+            }
+            made = httpx.get(f"{server.url}/api/workspace", headers=headers, timeout=30)
+            assert made.status_code == 200, made.text  # the admin's first use makes it
+            uploaded = cli.json("dataset", "upload", "data/scripted.jsonl", "--yes")
+            assert uploaded["status"] == "success", uploaded
+            yield SubmitWorld(server=server, cli=cli, mirror=mirror,
+                              commit_sha=_git_in(tree, "rev-parse", "HEAD"))  # fmt: skip
+        finally:
+            server.stop()
+
+
+def _ours(world: SubmitWorld, method: str, path: str, **kwargs: object) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {world.server.admin_token}",
+               "X-Osmosis-Git": SUBMIT_IDENTITY, "X-Osmosis-CLI-Version": "0.3.8"}  # fmt: skip
+    return httpx.request(method, world.server.url + path, headers=headers, timeout=60, **kwargs)
+
+
+def test_eval_submit_queues_a_run_that_finishes_and_info_agrees(submit_world):
+    done = submit_world.submit("configs/eval/scripted.toml")
+    assert done["status"] == "success", done
+    created = done["resource"]
+    assert created["name"].startswith("scripted-"), created  # named after the rollout
+    detail = submit_world.finished(created["id"])
+    assert detail.commit_sha == submit_world.commit_sha and detail.branch == "main"
+    ours = _ours(submit_world, "GET", f"/api/eval-runs/{created['id']}").json()
+    assert ours["summary"]["pass_rate"] == 0.75 and ours["summary"]["graded"] == 4
+    info = submit_world.cli.json("eval", "info", created["name"])["data"]
+    assert info["results"]["pass_rate"] == ours["summary"]["pass_rate"]
+    assert info["results"]["passed"] == 3 and info["commit_sha"] == submit_world.commit_sha
+    listed = submit_world.cli.json("eval", "list")
+    assert created["name"] in [item["name"] for item in listed["items"]]
+    # The code came from the mirror the rewrite names, never from github.com.
+    logs = _ours(submit_world, "GET", f"/api/eval-runs/{created['id']}/logs?limit=200").json()
+    assert any(str(submit_world.mirror) in line["message"] for line in logs["logs"]), logs
+
+
+def test_eval_submit_uses_a_stored_secret(submit_world):
+    env = {**submit_world.cli.env, "SHOUT_SECRET": "hush"}
+    stored = submit_world.cli.run("secret", "set", "SHOUT_SECRET", "--env", "SHOUT_SECRET", env=env)
+    assert stored.returncode == 0, stored.stderr + stored.stdout
+    config = submit_world.config("shout", **{"required = []": 'required = ["SHOUT_SECRET"]'})
+    done = submit_world.submit(config)  # not in the environment: the stored one is used
+    detail = submit_world.finished(done["resource"]["id"])
+    assert detail.resolved_secret_scopes == {"SHOUT_SECRET": "user"}
+    assert detail.summary.pass_rate == 0.75
+
+
+def test_a_missing_required_secret_is_refused_in_the_official_shape(submit_world):
+    config = submit_world.config("missing", **{"required = []": 'required = ["MISSING_KEY"]'})
+    done = submit_world.cli.run("--json", "eval", "submit", config, "--yes")
+    assert done.returncode != 0 and "MISSING_KEY" in done.stderr, done.stderr
+    # The client checks before it sends; a body that names it anyway gets the server's answer.
+    body = {
+        "experiment_config": {"rollout": "scripted", "entrypoint": "main.py",
+                              "model_path": "openai/fake-model", "dataset": "scripted"},
+        "secrets": {"required": ["MISSING_KEY"]},
+    }  # fmt: skip
+    answer = _ours(submit_world, "POST", "/api/cli/eval-runs", json=body)
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["message"] == "Secret(s) not found: MISSING_KEY"
+    assert answer.json()["missing"] == ["MISSING_KEY"] and "error" not in answer.json()
+
+
+def test_eval_submit_of_a_branch_never_pushed_says_so(submit_world):
+    config = submit_world.config(
+        "branch", **{'dataset = "scripted"': 'dataset = "scripted"\nbranch = "nope"'}
+    )
+    done = submit_world.cli.run("--json", "eval", "submit", config, "--yes")
+    assert done.returncode != 0
+    error = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert "branch 'nope' is not on the workspace's origin" in error["message"], error
+
+
+def test_a_rewrite_never_admits_what_the_allowlist_does_not(tmp_path, databases):
+    """The rewritten URL is what the server clones: `OSMOSIS_CLONE_ALLOW` must admit it too."""
+    from fastapi.testclient import TestClient
+
+    from osmosis.platform import create_app
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "init", "-q", "--bare", str(mirrors / "evals.git")], check=True)
+    rewrite = f"https://github.com/probe/={mirrors}/"
+    settings = databases.settings(
+        tmp_path / "home", clone_allow="github.com/probe/*", git_url_rewrite=rewrite
+    )
+    app = create_app(settings)
+    try:
+        token = json.loads(settings.credentials_file.read_text())["token"]
+        headers = {"Authorization": f"Bearer {token}", "X-Osmosis-Git": SUBMIT_IDENTITY}
+        body = {"experiment_config": {"rollout": "r", "entrypoint": "main.py",
+                                      "model_path": "openai/m", "dataset": "d"}}  # fmt: skip
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            answer = client.post("/api/cli/eval-runs", headers=headers, json=body)
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["code"] == "ORIGIN_NOT_ALLOWED"
+        assert str(mirrors) in answer.json()["message"]
+    finally:
+        app.state.engine.dispose()
+    # Admitted, but no mirror there: git's reason, under a code the official CLI passes on.
+    admitted = settings.replace(clone_allow=f"github.com/probe/*, {mirrors}")
+    app = create_app(admitted)
+    try:
+        headers["X-Osmosis-Git"] = "probe/absent"
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            answer = client.post("/api/cli/eval-runs", headers=headers, json=body)
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["code"] == "GIT_REMOTE_UNREACHABLE"
+        assert "absent.git" in answer.json()["message"] and "fatal" in answer.json()["message"]
+    finally:
+        app.state.engine.dispose()
+
+
+def _status(world: SubmitWorld, run: str) -> str:
+    return str(_ours(world, "GET", f"/api/eval-runs/{run}").json()["eval_run"]["status"])
+
+
+def _wait_status(world: SubmitWorld, run: str, wanted: set[str], timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while (status := _status(world, run)) not in wanted:
+        assert time.monotonic() < deadline, f"{run} is {status}, not {sorted(wanted)}"
+        time.sleep(0.3)
+    return status
+
+
+def test_eval_stop_and_retry_of_a_running_run(submit_world):
+    """A run whose rollout hangs: the official CLI stops it while it runs, retries it (it runs
+    again), and stops it again."""
+    hang = submit_world.cli.workspace / "data" / "hang.jsonl"
+    hang.write_text("".join(json.dumps(row("hang", a, 7)) + "\n" for a in range(2, 6)))
+    uploaded = submit_world.cli.json("dataset", "upload", "data/hang.jsonl", "--yes")
+    assert uploaded["status"] == "success", uploaded
+    config = submit_world.config("hang", **{'dataset = "scripted"': 'dataset = "hang"'})
+    run = submit_world.submit(config)["resource"]["name"]
+    _wait_status(submit_world, run, {"running"})
+    stopped = submit_world.cli.run("--json", "eval", "stop", run, "-y")
+    assert stopped.returncode == 0, stopped.stderr + stopped.stdout
+    assert _wait_status(submit_world, run, {"stopped", "failed", "finished"}) == "stopped"
+    retried = submit_world.cli.json("eval", "retry", run, "-y")
+    assert retried["status"] == "success", retried
+    assert _wait_status(submit_world, run, {"pending", "running"}) in {"pending", "running"}
+    _wait_status(submit_world, run, {"running"})
+    again = submit_world.cli.run("--json", "eval", "stop", run, "-y")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert _wait_status(submit_world, run, {"stopped", "failed", "finished"}) == "stopped"
+
+
+def test_rewrite_rules_and_the_written_config():
+    import tomllib
+
+    from osmosis.platform.core.settings import Settings, SettingsError
+    from osmosis.platform.services.submit_source import config_text
+    from osmosis.platform.services.url_rewrite import clone_url, parse_url_rewrite
+
+    rules = parse_url_rewrite("https://github.com/=/srv/all/, https://github.com/acme/=/srv/acme/")
+    assert clone_url("acme/evals", rules) == "/srv/acme/evals.git"  # the longest FROM wins
+    assert clone_url("bea/ws", rules) == "/srv/all/bea/ws.git"
+    assert clone_url("git.example.com/team/ws", rules) == "https://git.example.com/team/ws.git"
+    with pytest.raises(SettingsError, match="FROM=TO"):
+        Settings(git_url_rewrite="https://github.com/acme/")
+    text = config_text(
+        experiment={"rollout": "r", "entrypoint": "main.py", "model_path": "openai/m",
+                    "dataset": "d", "branch": 'we"ird'},
+        evaluation={"n": 2, "pass_threshold": 0.5, "agent_workflow_timeout_s": float("inf")},
+        advanced={"nested": {"k": [1, "v\x7f"]}},
+        env={"A KEY": "ünï"},
+        required=["API_KEY"],
+    )  # fmt: skip
+    assert tomllib.loads(text) == {
+        "experiment": {"rollout": "r", "entrypoint": "main.py", "model_path": "openai/m",
+                       "dataset": "d", "branch": 'we"ird'},
+        "evaluation": {"n": 2, "pass_threshold": 0.5, "agent_workflow_timeout_s": float("inf")},
+        "advanced": {"nested": {"k": [1, "v\x7f"]}},
+        "env": {"A KEY": "ünï"},
+        "secrets": {"required": ["API_KEY"]},
+    }  # fmt: skip

@@ -17,6 +17,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from osmosis.wire.runs import ExperimentConfigIn, RunSecrets
+
 # -- versions --------------------------------------------------------------------------------
 CLI_VERSION_HEADER: Final = "X-Osmosis-CLI-Version"
 """Sent by the official CLI on every request: its package version."""
@@ -318,6 +320,19 @@ class EvalRunMetricsView(_Model):
     pass_at_k: list[PassAtK]
 
 
+class EvalRunSubmitIn(BaseModel):
+    """`POST /eval-runs` as the official CLI sends it: the config's values only. The server
+    finds the repository (the workspace's origin), the commit and the config text itself."""
+
+    model_config = ConfigDict(extra="forbid")  # a key we do not read must not pass silently
+
+    experiment_config: ExperimentConfigIn
+    evaluation_config: dict[str, Any] = Field(default_factory=dict)
+    advanced_config: dict[str, Any] = Field(default_factory=dict)
+    env_config: dict[str, str] = Field(default_factory=dict)
+    secrets: RunSecrets = Field(default_factory=RunSecrets)
+
+
 class EvalRunRetryIn(_Model):
     secrets: dict[str, str] | None = None
 
@@ -387,6 +402,7 @@ __all__ = [
     "EvalRunRetryIn",
     "EvalRunRow",
     "EvalRunRows",
+    "EvalRunSubmitIn",
     "EvalRunView",
     "LogEntry",
     "LogsPage",

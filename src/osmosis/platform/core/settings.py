@@ -51,6 +51,14 @@ def _clone_allow(text: str) -> str:
     return text.strip()
 
 
+def _url_rewrite(text: str) -> str:
+    # Parsed here only to name a bad rule at start; `services.submit_source` applies it.
+    from osmosis.platform.services.url_rewrite import parse_url_rewrite
+
+    parse_url_rewrite(text)
+    return text.strip()
+
+
 @dataclass(frozen=True)
 class Setting:
     """One row of the settings table."""
@@ -161,6 +169,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Unset: any remote, and local repositories of the server's own OS user in workspaces "
         "an admin creates.",
         lambda text: _clone_allow(text),
+    ),
+    Setting(
+        "git_url_rewrite",
+        "OSMOSIS_GIT_URL_REWRITE",
+        None,
+        "Where the server fetches a workspace's code from when the official osmosis CLI "
+        "submits (it names only the workspace): FROM=TO URL prefix rules, comma-separated, "
+        "the longest FROM first, as git's url.<TO>.insteadOf (https://github.com/acme/="
+        "/srv/mirrors/acme/). The rewritten URL must pass OSMOSIS_CLONE_ALLOW itself.",
+        lambda text: _url_rewrite(text),
     ),
     Setting(
         "repo_max_bytes",
@@ -455,6 +473,7 @@ class Settings:
     run_crash_resumes: int = 3
     workspace_creation: str = "admin"
     clone_allow: str | None = None
+    git_url_rewrite: str | None = None
     repo_max_bytes: int = 1024**3
     repo_max_files: int = 100_000
     token_ttl_days: int = 90
@@ -534,6 +553,10 @@ class Settings:
             _clone_allow(self.clone_allow or "")
         except ValueError as error:
             raise SettingsError(f"clone_allow: {error}") from None
+        try:
+            _url_rewrite(self.git_url_rewrite or "")
+        except ValueError as error:
+            raise SettingsError(f"git_url_rewrite: {error}") from None
         for name in (
             "max_body_bytes",
             "artifact_max_files",

@@ -79,9 +79,12 @@ def create_run(
     workspace: Workspace,
     user: User,
     body: EvalRunCreate,
+    clone_url: str | None = None,
 ) -> EvalRun:
     """Check everything a run needs, then store it `pending`; every problem found is reported
-    in one error (its code is the first problem's: 422 config, 404/409 dataset, 404 secrets)."""
+    in one error (its code is the first problem's: 422 config, 404/409 dataset, 404 secrets).
+    `clone_url`: where the worker fetches the code when not the origin itself (an operator's
+    mirror, `OSMOSIS_GIT_URL_REWRITE`), stored with the run from the start."""
     problems: list[PlatformError] = []
     config = _check_config(body, problems, settings=settings)
     _check_origin(body.repository.origin_url, workspace, problems)
@@ -132,7 +135,7 @@ def create_run(
         entrypoint=config.experiment.entrypoint,
         model_path=config.experiment.model_path,
         dataset_name=dataset_name,
-        origin_url=body.repository.origin_url,
+        origin_url=clone_url or body.repository.origin_url,
         commit_sha=body.repository.commit_sha,
         branch=body.repository.branch or config.experiment.branch,
         dataset_version_id=version.id,

@@ -10,7 +10,7 @@ A map of the room:
 | `account.py` | `verify`, `workspaces`, `tokens/{id}` (`auth login --token`, `whoami`, `logout`) |
 | `secrets.py` | `environment-secrets` (`secret list/set/delete`) |
 | `datasets.py` | `datasets` (`dataset upload/list/info/download/logs/preview`) |
-| `eval_runs.py` | `eval-runs` (`eval list/info/logs/stop/retry/download`) |
+| `eval_runs.py` | `eval-runs` (`eval submit/list/info/logs/stop/retry/download`) |
 | `transfers.py` | the capability URLs' targets: no token, a signature instead |
 | `unoffered.py` | training, models, benchmarks...: 501 `NOT_OFFERED`; any other path: 404 |
 

@@ -1,5 +1,10 @@
-"""`/api/cli/eval-runs`: `osmosis eval list|info|logs|stop|retry|download` of the official
-CLI, over the same runs as `/api/eval-runs`.
+"""`/api/cli/eval-runs`: `osmosis eval submit|list|info|logs|stop|retry|download` of the
+official CLI, over the same runs as `/api/eval-runs`.
+
+A submit carries the config's values only: the server takes the code from the workspace's
+origin (rewritten by `OSMOSIS_GIT_URL_REWRITE`), resolves the commit with `git ls-remote`,
+writes the config text, and queues the run through the same checks as our own submit
+(`osmosis.platform.services.submit_source`, `runs.create_run`).
 
 Runs are shown in the official shapes: model, dataset and rollout as `{name}` objects, the
 results line as `results{score, pass_rate, ...}`, metrics as `{status, overview, reward_stats,
@@ -9,17 +14,22 @@ pass_at_k}`. Sample files are fetched through capability URLs (`samples/download
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
 
 from osmosis.platform.api import eval_runs as ours
 from osmosis.platform.core.db.run_models import EvalRun
+from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import CurrentUser, Db, Offset
-from osmosis.platform.services import run_files, run_views, runs
+from osmosis.platform.services import run_files, run_views, runs, submit_source, url_rewrite
 from osmosis.platform.services.capability_urls import TTL_S, CapabilitySigner
+from osmosis.platform.services.origins import parse_clone_allow
+from osmosis.platform.worker.scheduler import Scheduler
 from osmosis.wire.official import (
     MAX_CLI_LOG_PAGE,
     MAX_CLI_PAGE,
@@ -35,13 +45,22 @@ from osmosis.wire.official import (
     EvalRunRetryIn,
     EvalRunRow,
     EvalRunRows,
+    EvalRunSubmitIn,
     EvalRunView,
     LogEntry,
     LogsPage,
     NameRef,
     PassAtK,
 )
-from osmosis.wire.runs import EvalRunOperation, EvalRunRetry, FileManifest, RunSummary
+from osmosis.wire.runs import (
+    EvalRunCreate,
+    EvalRunCreated,
+    EvalRunOperation,
+    EvalRunRetry,
+    FileManifest,
+    RepositoryRef,
+    RunSummary,
+)
 
 from .deps import CliWorkspace
 from .errors import OfficialRoute
@@ -125,6 +144,77 @@ def list_eval_runs(
         total_count=page.total_count,
         has_more=page.has_more,
         next_offset=page.next_offset,
+    )
+
+
+_UNSAFE_STEM = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@router.post("", status_code=201)
+def submit_eval_run(
+    body: EvalRunSubmitIn, db: Db, user: CurrentUser, workspace: CliWorkspace, request: Request
+) -> EvalRunCreated:
+    """Queue a run from the config's values alone, as `osmosis eval submit` sends them.
+
+    The commit is the config's `commit_sha`, else its `branch`'s tip, else the default
+    branch's, on the workspace's origin. The config text is written from the values; the run
+    is named after the rollout (`<rollout>-calm-falcon-ac71`)."""
+    settings = _settings(request)
+    experiment = body.experiment_config
+    origin = url_rewrite.workspace_origin(workspace.identity)
+    url = url_rewrite.clone_url(
+        workspace.identity, url_rewrite.parse_url_rewrite(settings.git_url_rewrite)
+    )
+    source = submit_source.resolve_commit(
+        url,
+        branch=experiment.branch,
+        commit_sha=experiment.commit_sha,
+        allow=parse_clone_allow(settings.clone_allow),
+    )
+    stem = _UNSAFE_STEM.sub("-", experiment.rollout).strip("-") or "eval"
+    try:
+        create = _our_submit(body, stem=stem, origin=origin, source=source)
+    except ValidationError as error:  # e.g. a SHA-256 repository's 64-digit commit ids
+        raise ValidationFailed(f"this submit cannot be queued: {error}") from None
+    run = runs.create_run(
+        db,
+        settings=settings,
+        box=request.app.state.secret_box,
+        workspace=workspace,
+        user=user,
+        body=create,
+        # The run records what the worker clones (checked against OSMOSIS_CLONE_ALLOW again
+        # before every clone), from its first commit: no worker ever sees the GitHub name.
+        clone_url=url if url != origin else None,
+    )
+    scheduler: Scheduler = request.app.state.scheduler
+    scheduler.wake()
+    return EvalRunCreated(id=run.id, name=run.name, status="pending", created_at=run.created_at)
+
+
+def _our_submit(
+    body: EvalRunSubmitIn, *, stem: str, origin: str, source: submit_source.Source
+) -> EvalRunCreate:
+    """Our submit's body for the official one: the config text written, the commit resolved."""
+    experiment = body.experiment_config
+    return EvalRunCreate(
+        experiment_config=experiment,
+        evaluation_config=body.evaluation_config,
+        env_config=body.env_config,
+        advanced_config=body.advanced_config,
+        secrets=body.secrets,
+        # Not a file of the repository: where the worker writes the config in the checkout.
+        config_path=f"configs/eval/official-cli/{stem}.toml",
+        config_toml=submit_source.config_text(
+            experiment=experiment.model_dump(exclude_none=True),
+            evaluation=body.evaluation_config,
+            advanced=body.advanced_config,
+            env=body.env_config,
+            required=body.secrets.required,
+        ),
+        repository=RepositoryRef(
+            origin_url=origin, commit_sha=source.commit_sha, branch=source.branch
+        ),
     )
 
 
