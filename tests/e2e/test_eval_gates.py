@@ -73,14 +73,16 @@ def world(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer)
 
 
 # -- compare ---------------------------------------------------------------------------------
-def test_compare_names_the_regressed_rows_and_fails_on_regression(world: World) -> None:
+def test_compare_names_the_regressed_rows_and_gates_on_the_interval(world: World) -> None:
     plain = world.run("eval", "compare", "base", "broken")
     gated = world.run("eval", "compare", "base", "broken", "--fail-on-regression")
     as_json = world.run("--json", "eval", "compare", "base", "broken")
 
     assert plain.returncode == 0, plain.stderr
-    assert gated.returncode == REGRESSION_EXIT
-    assert "2 row(s) regressed against base" in flat(gated.stderr)
+    # 2 flips of 6 rows: the interval of the change spans 0, so the gate passes and the rows
+    # stay listed (tests/e2e/test_eval_compare_noise.py has a drop that fails it).
+    assert gated.returncode == 0, gated.stderr
+    assert "2 row flip(s) listed are within noise" in flat(gated.stdout + gated.stderr)
     assert "broken: regressed" in plain.stdout
     data = json.loads(as_json.stdout)["data"]
     assert data["regressed_rows"] == [1, 4]

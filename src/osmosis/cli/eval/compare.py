@@ -6,7 +6,13 @@ platform run name or id. Local and platform runs mix freely. Runs whose datasets
 rows or pass thresholds differ are refused (every difference named) unless
 `--allow-mismatch`, which compares anyway and prints the differences as warnings.
 
-    osmosis eval compare baseline try2 --fail-on-regression   # exit 4 when a row regressed
+    osmosis eval compare baseline try2 --fail-on-regression   # exit 4 on a real drop
+    osmosis eval compare baseline try2 --fail-on-regression --margin 0.02
+
+`--fail-on-regression` gates on the paired interval of the change, not on row flips: it fails
+only when the whole interval of the pass-rate (or `--measure mean-reward`) change lies below
+`-margin`. Rows that flipped stay listed, with each side's passes/attempts; rows whose
+attempts disagree within a run are named flaky.
 
 Typer only at module level; everything else is imported inside the command body.
 """
@@ -14,6 +20,7 @@ Typer only at module level; everything else is imported inside the command body.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +29,26 @@ import typer
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
     from osmosis.client import PlatformClient
-    from osmosis.eval.results.compare import Comparison, Difference, RowOutcome, RunIdentity
+    from osmosis.eval.results.compare import (
+        Comparison,
+        Difference,
+        GateResult,
+        RowOutcome,
+        RunIdentity,
+    )
 
 REGRESSION_EXIT_CODE = 4
-"""`--fail-on-regression` found a regressed row (1 stays "error", 3 "below a gate")."""
+"""`--fail-on-regression`: a change's interval lies below `-margin` (1 stays "error", 3 "below
+a gate")."""
+
+
+class GateMeasure(StrEnum):
+    """What `--fail-on-regression` gates on."""
+
+    pass_rate = "pass-rate"
+    mean_reward = "mean-reward"
+
+
 _ATTEMPT_PAGE = 200
 _ROWS_SHOWN = 50
 
@@ -40,7 +63,19 @@ def compare_command(
     fail_on_regression: bool = typer.Option(
         False,
         "--fail-on-regression",
-        help=f"Exit {REGRESSION_EXIT_CODE} when any row's pass rate fell against the first run.",
+        help=f"Exit {REGRESSION_EXIT_CODE} when a run's paired interval of the change lies "
+        "wholly below -margin (row flips alone never fail).",
+    ),
+    margin: float = typer.Option(
+        0.0,
+        "--margin",
+        min=0.0,
+        help="Tolerated drop for --fail-on-regression, as a fraction (0.02 = 2 points).",
+    ),
+    measure: GateMeasure = typer.Option(
+        GateMeasure.pass_rate,
+        "--measure",
+        help="What --fail-on-regression gates on: pass-rate or mean-reward.",
     ),
     allow_mismatch: bool = typer.Option(
         False,
@@ -54,7 +89,7 @@ def compare_command(
     both runs; see docs/platform.md for the methods."""
     from osmosis.cli.eval.context import runs_root
     from osmosis.cli.output import CLIError, output
-    from osmosis.eval.results.compare import check_alignment, compare_outcomes
+    from osmosis.eval.results.compare import check_alignment, compare_outcomes, regression_gate
 
     out = output()
     if len(runs) < 2:
@@ -84,15 +119,16 @@ def compare_command(
     for problem in problems:
         out.warn(problem)
     result = compare_outcomes([i.label for i in identities], outcomes, problems=problems)
-    _show(out, result)
-    if fail_on_regression and result.regressed_rows:
+    gate = regression_gate(
+        result,
+        margin=margin,
+        measure="mean_reward" if measure is GateMeasure.mean_reward else "pass_rate",
+    )
+    _show(out, result, gate if fail_on_regression else None)
+    if fail_on_regression and gate.failed:
         if out.mode.value != "json":
-            out.err_console.print(
-                f"{len(result.regressed_rows)} row(s) regressed against {result.labels[0]}; "
-                f"exit {REGRESSION_EXIT_CODE} (--fail-on-regression)",
-                markup=False,
-                highlight=False,
-            )
+            for line in _gate_lines(result, gate):
+                out.err_console.print(line, markup=False, highlight=False)
         raise typer.Exit(REGRESSION_EXIT_CODE)
 
 
@@ -252,12 +288,46 @@ def _rate(outcome: RowOutcome | None) -> str:
         return "absent"
     if outcome.rate is None:
         return "skipped"
-    return f"{outcome.passes}/{outcome.attempts}"
+    return f"{outcome.passes}/{outcome.attempts}" + (" flaky" if outcome.flaky else "")
 
 
-def _show(out: Output, result: Comparison) -> None:
+def _gate_lines(result: Comparison, gate: GateResult) -> list[str]:
+    """Why `--fail-on-regression` failed: each regressed run's interval against the margin."""
+    fmt = ".1%" if gate.measure == "pass_rate" else ".3f"
+    name = gate.measure.replace("_", " ")
+    lines = []
+    for d in gate.regressed:
+        found = d.pass_rate if gate.measure == "pass_rate" else d.mean_reward
+        assert found is not None  # the gate regressed it on this interval
+        ci = found.interval
+        lines.append(
+            f"{d.label} regressed against {result.labels[0]}: {name} change {ci.estimate:+{fmt}}, "
+            f"{ci.level:.0%} CI {ci.low:+{fmt}} to {ci.high:+{fmt}} lies below "
+            f"{_bound(gate, fmt)}; exit {REGRESSION_EXIT_CODE} (--fail-on-regression)"
+        )
+    return lines
+
+
+def _bound(gate: GateResult, fmt: str) -> str:
+    """`-margin` as the gate compares with it: "0 (--margin 0)", "-2.0% (--margin 0.02)"."""
+    return f"{'0' if gate.margin == 0 else f'-{gate.margin:{fmt}}'} (--margin {gate.margin:g})"
+
+
+def _verdict(result: Comparison, gate: GateResult) -> str:
+    """The gate's decision in one line, when it passed."""
+    name = gate.measure.replace("_", " ")
+    fmt = ".1%" if gate.measure == "pass_rate" else ".3f"
+    said = f"--fail-on-regression passed: no {name} interval lies wholly below {_bound(gate, fmt)}"
+    if result.regressed_rows:
+        said += f" ({len(result.regressed_rows)} row flip(s) listed are within noise)"
+    if gate.ungated:
+        said += f"; no {name} interval for {', '.join(gate.ungated)}: not gated"
+    return said
+
+
+def _show(out: Output, result: Comparison, gate: GateResult | None = None) -> None:
     if out.mode.value == "json":
-        out.detail(result.as_dict())
+        out.detail({**result.as_dict(), "gate": gate.as_dict() if gate else None})
         return
     for d in result.differences:
         out.detail(
@@ -269,6 +339,14 @@ def _show(out: Output, result: Comparison) -> None:
                 "Rows": ", ".join(f"{count} {kind}" for kind, count in d.counts.items()),
             }
         )
+    flaky = {label: rows for label, rows in result.flaky_rows.items() if rows}
+    if flaky:
+        out.info(
+            "Flaky rows (attempts disagree within a run): "
+            + "; ".join(f"{label}: {_rows_named(rows)}" for label, rows in flaky.items())
+        )
+    if gate is not None and not gate.failed:
+        out.info(_verdict(result, gate))
     changed = [row for row in result.rows if any(k in ("regressed", "improved") for k in row.kinds)]
     if not changed:
         out.info("No row changed its pass rate.")
@@ -288,8 +366,13 @@ def _show(out: Output, result: Comparison) -> None:
             for row in shown
         ],
         columns=["row", *result.labels, "change"],
-        title="Rows that changed (passes/attempts)",
+        title="Rows that changed (passes/attempts; information, not the gate)",
         headers={label: label for label in result.labels},
     )
     if len(shown) < len(changed):
         out.info(f"… and {len(changed) - len(shown)} more rows (--json lists every row).")
+
+
+def _rows_named(rows: list[int], limit: int = 20) -> str:
+    shown = ", ".join(f"row {row}" for row in rows[:limit])
+    return shown + (f", … ({len(rows)} in all)" if len(rows) > limit else "")

@@ -19,6 +19,11 @@ A difference's interval (`Difference.interval.method`):
   run's Wilson interval and the correlation of their row values (Newcombe 1998, method 10,
   when each row has one attempt). It never collapses to a point.
 - `t_paired`: otherwise, for rewards outside [0, 1]: Student's t on the row differences.
+
+A gate (`regression_gate`) trusts the interval, not row flips: a run regressed only when the
+interval of its change lies wholly below `-margin`. Two runs of one config on a sampling model
+flip rows both ways by chance; those flips stay listed, and a row whose attempts disagree
+within one run is *flaky* (`RowOutcome.flaky`, `Comparison.flaky_rows`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ __all__ = [
     "ROW_KINDS",
     "Comparison",
     "Difference",
+    "GateResult",
     "RowComparison",
     "RowOutcome",
     "RunDifference",
@@ -55,6 +61,7 @@ __all__ = [
     "check_alignment",
     "classify",
     "compare_outcomes",
+    "regression_gate",
     "row_outcomes",
     "source_rows",
 ]
@@ -96,6 +103,15 @@ class RowOutcome:
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.rewards if self.rewards else None
 
+    @property
+    def flaky(self) -> bool:
+        """The row's scored attempts disagree within the run: some passed, some did not.
+
+        RowOutcome(attempts=4, passes=2).flaky, RowOutcome(attempts=4, passes=4).flaky
+        # (True, False)
+        """
+        return 0 < self.passes < self.attempts
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "attempts": self.attempts,
@@ -103,6 +119,7 @@ class RowOutcome:
             "failed": self.failed,
             "pass_rate": self.rate,
             "mean_reward": self.mean_reward,
+            "flaky": self.flaky,
         }
 
 
@@ -333,8 +350,21 @@ class Comparison:
 
     @property
     def regressed_rows(self) -> list[int]:
-        """Rows that regressed in any run against the baseline."""
+        """Rows that regressed in any run against the baseline (information: a sampling
+        model flips rows both ways by chance; `regression_gate` decides)."""
         return [row.row_index for row in self.rows if "regressed" in row.kinds]
+
+    @property
+    def flaky_rows(self) -> dict[str, list[int]]:
+        """Each run's rows whose attempts disagree within that run (`RowOutcome.flaky`)."""
+        return {
+            label: [
+                row.row_index
+                for row in self.rows
+                if (found := row.outcomes[position]) is not None and found.flaky
+            ]
+            for position, label in enumerate(self.labels)
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -343,8 +373,55 @@ class Comparison:
             "problems": list(self.problems),
             "differences": [d.as_dict() for d in self.differences],
             "regressed_rows": self.regressed_rows,
+            "flaky_rows": self.flaky_rows,
             "rows": [row.as_dict() for row in self.rows],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """`regression_gate`'s verdict: which runs' intervals lie wholly below `-margin`."""
+
+    measure: Measure
+    margin: float
+    regressed: list[RunDifference]
+    """Runs whose interval of the change has its high end below `-margin`."""
+    ungated: list[str]
+    """Labels of runs with no interval for the measure (no paired rows, no rewards)."""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "measure": self.measure,
+            "margin": self.margin,
+            "failed": self.failed,
+            "regressed_runs": [d.label for d in self.regressed],
+            "ungated_runs": list(self.ungated),
+        }
+
+
+def regression_gate(
+    comparison: Comparison, *, margin: float = 0.0, measure: Measure = "pass_rate"
+) -> GateResult:
+    """A run regressed when the whole interval of its change lies below `-margin`: noise that
+    flips rows both ways keeps the interval across 0 and passes.
+
+    gate = regression_gate(compare_outcomes(["a", "b"], [a, b]), margin=0.02)
+    gate.failed, [d.label for d in gate.regressed]
+    """
+    if not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    regressed, ungated = [], []
+    for difference in comparison.differences:
+        found = getattr(difference, measure)
+        if found is None:
+            ungated.append(difference.label)
+        elif found.interval.high < -margin:
+            regressed.append(difference)
+    return GateResult(measure=measure, margin=margin, regressed=regressed, ungated=ungated)
 
 
 def compare_outcomes(

@@ -253,6 +253,7 @@ def test_the_public_names_are_pinned() -> None:
         "ROW_KINDS",
         "Comparison",
         "Difference",
+        "GateResult",
         "RowComparison",
         "RowOutcome",
         "RunDifference",
@@ -260,6 +261,7 @@ def test_the_public_names_are_pinned() -> None:
         "check_alignment",
         "classify",
         "compare_outcomes",
+        "regression_gate",
         "row_outcomes",
         "source_rows",
     ]
