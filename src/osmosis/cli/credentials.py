@@ -2,7 +2,9 @@
 
 Resolution, first match wins:
 
-1. `--platform` / `OSMOSIS_PLATFORM_URL` for the URL, `OSMOSIS_TOKEN` for the token;
+1. `--platform` / `OSMOSIS_PLATFORM_URL` for the URL, `OSMOSIS_TOKEN` for the token (refused
+   when `OSMOSIS_TOKEN_PLATFORM_URL`, as the official CLI reads it, binds it to another
+   platform: a CI token is never sent where it was not meant to go);
 2. the CLI credentials file (`$OSMOSIS_CONFIG_DIR/credentials.json`, default
    `~/.osmosis/credentials.json`), written by `osmosis auth login`, keyed by platform URL;
 3. the embedded server's `<OSMOSIS_HOME>/credentials.json`, so a local platform needs no login.
@@ -142,9 +144,11 @@ def resolve(platform: str | None, env: Mapping[str, str]) -> Connection:
     else:
         url, url_source = DEFAULT_PLATFORM_URL, "default"
     url = _normalise(url)
+    _check_token_store(env)
 
     saved = logins["platforms"].get(url)
     if env.get("OSMOSIS_TOKEN"):
+        _check_token_binding(env, url=url, url_source=url_source)
         token, token_source = env["OSMOSIS_TOKEN"], "OSMOSIS_TOKEN"
     elif isinstance(saved, dict) and saved.get("token"):
         token, token_source = str(saved["token"]), str(cli_credentials_file(env))
@@ -153,6 +157,47 @@ def resolve(platform: str | None, env: Mapping[str, str]) -> Connection:
     else:
         return Connection(url=url, token=None, url_source=url_source, token_source=None)
     return Connection(url=url, token=token, url_source=url_source, token_source=token_source)
+
+
+_TOKEN_STORES = ("auto", "keyring", "file")
+
+
+def _check_token_binding(env: Mapping[str, str], *, url: str, url_source: str) -> None:
+    """`OSMOSIS_TOKEN_PLATFORM_URL` names the platform `OSMOSIS_TOKEN` belongs to (the
+    official CLI's convention): another platform gets no token, and the error says so."""
+    from osmosis.cli.output import CLIError
+
+    bound = env.get("OSMOSIS_TOKEN_PLATFORM_URL", "").strip()
+    if bound and _without_scheme(bound) != _without_scheme(url):
+        raise CLIError(
+            f"OSMOSIS_TOKEN is bound to {_normalise(bound)} (OSMOSIS_TOKEN_PLATFORM_URL) but "
+            f"this command talks to {url} (from {url_source}); the token was not sent",
+            code="ENV_TOKEN_PLATFORM_MISMATCH",
+            details={"token_platform_url": _normalise(bound), "platform_url": url},
+            hint="point OSMOSIS_PLATFORM_URL (or --platform) at the token's platform, or set "
+            "OSMOSIS_TOKEN_PLATFORM_URL to this one",
+        )
+
+
+def _without_scheme(url: str) -> str:
+    """`url` as the binding compares it: the official CLI accepts a scheme-less URL."""
+    return _normalise(url).split("://", 1)[-1].lower()
+
+
+def _check_token_store(env: Mapping[str, str]) -> None:
+    """`OSMOSIS_TOKEN_STORE` (official: auto, keyring, file): a value outside those is a
+    mistake worth saying; ours always keeps logins in `credentials.json`."""
+    from osmosis.cli.output import CLIError
+
+    store = env.get("OSMOSIS_TOKEN_STORE", "").strip()
+    if store and store not in _TOKEN_STORES:
+        raise CLIError(
+            f"OSMOSIS_TOKEN_STORE must be one of {', '.join(_TOKEN_STORES)}, got {store!r}",
+            code="VALIDATION",
+            details={"variable": "OSMOSIS_TOKEN_STORE", "value": store},
+            hint="osmosis keeps logins in $OSMOSIS_CONFIG_DIR/credentials.json (0600) "
+            "whichever of them is set",
+        )
 
 
 def as_cli_error(error: PlatformAPIError) -> CLIError:
