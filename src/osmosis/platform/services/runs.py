@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from osmosis.eval.inputs.config import ConfigError, EvalConfig, parse_eval_config
 from osmosis.eval.inputs.config_checks import LineIndex
 from osmosis.eval.inputs.dataset_select import select_rows
+from osmosis.platform.core import notify
 from osmosis.platform.core.crypto import SecretBox
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.db.models import Secret, User, Workspace, WorkspaceMember, new_id, utcnow
@@ -151,6 +152,8 @@ def create_run(
         run.name = _new_name(stem)
         db.add(run)
         try:
+            db.flush()
+            notify.announce(db, notify.SUBMIT, run.id)  # idle workers claim it at the commit
             db.commit()
         except IntegrityError:
             db.rollback()
@@ -406,6 +409,8 @@ def request_stop(db: Session, *, run: EvalRun) -> bool:
         run.completed_at = utcnow()
         run.error = "stopped before it started"
         run.secrets_ciphertext = None
+    else:
+        notify.announce(db, notify.STOP, run.id)  # its holder stops it at the commit
     db.commit()
     return stopped_now
 
@@ -474,5 +479,6 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     # adds each session's share (issue 17.6).
     run.completed_at = None
     run.claimed_by = run.heartbeat_at = run.lease_expires_at = None
+    notify.announce(db, notify.SUBMIT, run.id)
     db.commit()
     return retryable

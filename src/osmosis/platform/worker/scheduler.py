@@ -14,7 +14,10 @@ then pending ones by each user's share (`OSMOSIS_RUNS_PER_USER`):
 a run whose worker died — on another machine once its lease ran out, on this one at once —
 is resumed from its journal in the blob store, so every attempt is recorded once. A role `api`
 process claims nothing; its stop and submit routes only write the database, which the
-workers read each round (stop: SIGTERM to the run's worker, which ends it `stopped`).
+workers read each round (stop: SIGTERM to the run's worker, which ends it `stopped`). Rounds
+come every half second; on PostgreSQL a stop request and a new run are also announced by
+`NOTIFY` (`osmosis.platform.core.notify`), which starts the round of the process holding the
+run, or of every idle worker, at once.
 
 Leases are renewed every third of `OSMOSIS_LEASE_S`. A worker whose lease was taken (this
 process was frozen, or cut off from the database for most of a lease) is SIGKILLed at once,
@@ -53,12 +56,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 # The rollout process's parent-death hook serves the worker just as well.
 from osmosis.eval.sites.rollout_process import _die_with_parent_hook
 from osmosis.eval.sites.sandbox.disk import remove_stale
+from osmosis.platform.core import notify
 from osmosis.platform.core.crypto import KEY_ENV
 from osmosis.platform.core.db.models import Workspace, utcnow
 from osmosis.platform.core.db.run_models import EvalRun
@@ -135,6 +139,7 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._listener: notify.Listener | None = None
 
     @property
     def _renew_every(self) -> float:
@@ -145,6 +150,16 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="osmosis-scheduler")
+        engine = self._sessions.kw.get("bind")
+        if self.executes and isinstance(engine, Engine) and notify.is_postgres(engine):
+            self._listener = notify.Listener(engine, on_notify=self._notified)
+            self._listener.start()
+
+    def _notified(self, kind: str, run_id: str) -> None:
+        """A NOTIFY (listener thread): a run was submitted or retried, or a run this process
+        holds was asked to stop; or the listener (re)connected and may have missed some."""
+        if kind != notify.STOP or run_id in self._held:
+            self.wake()
 
     def wake(self) -> None:
         """Look at the queue now rather than at the next poll (callable from any thread)."""
@@ -173,6 +188,9 @@ class Scheduler:
         decision to end the run. A kill leaves every unfinished attempt pending in the journal,
         which is what the resume picks up.
         """
+        if self._listener is not None:
+            await asyncio.to_thread(self._listener.close)
+            self._listener = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
