@@ -18,7 +18,7 @@ from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, OUTCOMES, describe_outcom
 if TYPE_CHECKING:
     from osmosis.cli.eval.progress import EvalProgress
     from osmosis.cli.output import Output
-    from osmosis.eval.host.plan import RunPlan
+    from osmosis.eval.host.plan import RunOptions, RunPlan
     from osmosis.eval.host.run import RunReport
     from osmosis.eval.sites.spec import SandboxSiteSpec
 
@@ -37,6 +37,16 @@ def run_command(
     ),
     rows: str | None = typer.Option(
         None, "--rows", help="Source rows to run, e.g. '3,7,10-20' (overrides limit)."
+    ),
+    model: list[str] | None = typer.Option(
+        None,
+        "--model",
+        help="Model to evaluate instead of the config's model_path; repeat it to run one "
+        "evaluation per model over the same rows and compare them in one table.",
+    ),
+    n: int | None = typer.Option(None, "-n", help="Attempts per row, instead of the config's n."),
+    limit: int | None = typer.Option(
+        None, "--limit", help="Run the first N rows, instead of the config's limit."
     ),
     fresh: bool = typer.Option(False, "--fresh", help="Archive this name's results; start clean."),
     retry_failed: bool = typer.Option(
@@ -132,10 +142,7 @@ def run_command(
     from osmosis.eval.errors import HostError
     from osmosis.eval.host import event_loop
     from osmosis.eval.host.plan import (
-        DatasetNotFound,
-        PlanError,
         RunOptions,
-        plan_run,
     )
     from osmosis.eval.host.run import run_evaluation
 
@@ -145,6 +152,8 @@ def run_command(
             "--max-in-flight must be at least 1", details={"max_in_flight": max_in_flight}
         )
     _check_positive(
+        n=n,
+        limit=limit,
         replicas=replicas,
         outage_wait=outage_wait,
         stall_after=stall_after,
@@ -181,16 +190,33 @@ def run_command(
         max_model_calls=max_model_calls,
         cache=cache,
         replay_from=replay_from,
+        model=model[0] if model else None,
+        n=n,
+        limit=limit,
     )
-    try:
-        try:
-            plan = plan_run(config, options)
-        except DatasetNotFound as missing:  # no local file: the platform's, when configured
-            from osmosis.cli.eval.dataset import with_platform_dataset
-
-            plan = plan_run(config, with_platform_dataset(config, options, missing))
-    except PlanError as error:
-        raise CLIError(str(error), details=error.details, hint=error.hint or None) from None
+    if model is not None and any(not m.strip() for m in model):
+        raise CLIError("--model must name a model, e.g. openai/gpt-5-mini")
+    if model is not None and len(model) > 1:
+        refused = {"--report": report_file, "--junit": junit_file, "--upload": upload or None}
+        given = [flag for flag, value in refused.items() if value is not None]
+        if given or replay_from is not None:
+            raise CLIError(
+                f"{', '.join(given or ['--replay-from'])} takes one run: give one --model, "
+                "or run each model on its own",
+            )
+        _run_models(
+            out,
+            config,
+            options,
+            models=model,
+            yes=yes,
+            verbose=verbose,
+            sandbox=sandbox,
+            min_pass_rate=min_pass_rate,
+            min_mean_reward=min_mean_reward,
+        )
+        return
+    plan = _plan(config, options)
     _show_plan(out, plan)
     _confirm(out, plan, yes)
     reporter = _reporter(out, verbose)
@@ -224,6 +250,134 @@ def run_command(
     )
     _show_report(out, plan, report, extra=outcome.resource, next_steps=outcome.next_steps)
     outcome.finish(out)
+
+
+def _plan(config: Path, options: RunOptions) -> RunPlan:
+    """`plan_run`, with the platform's dataset when no local file is found; a `CLIError`
+    saying every problem otherwise."""
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.host.plan import DatasetNotFound, PlanError, plan_run
+
+    try:
+        try:
+            return plan_run(config, options)
+        except DatasetNotFound as missing:  # no local file: the platform's, when configured
+            from osmosis.cli.eval.dataset import with_platform_dataset
+
+            return plan_run(config, with_platform_dataset(config, options, missing))
+    except PlanError as error:
+        raise CLIError(str(error), details=error.details, hint=error.hint or None) from None
+
+
+def _run_models(
+    out: Output,
+    config: Path,
+    options: RunOptions,
+    *,
+    models: list[str],
+    yes: bool,
+    verbose: bool,
+    sandbox: bool,
+    min_pass_rate: float | None,
+    min_mean_reward: float | None,
+) -> None:
+    """One evaluation per model over the same rows (`<name>-<model>` each), then one table.
+    Every plan is made before anything runs, so a problem with any model stops them all."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.errors import HostError
+    from osmosis.eval.host import event_loop
+    from osmosis.eval.host.run import run_evaluation
+
+    base = options.name or f"{config.stem}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    if len(set(models)) != len(models):
+        raise CLIError("each --model once: the same model twice would share a run name")
+    plans = [_plan(config, replace(options, model=m, name=f"{base}-{_slug(m)}")) for m in models]
+    if out.mode.value == "rich":
+        out.detail(
+            {p.config.experiment.model_path: f"{p.total_work_items} work items -> {p.run_dir}"
+             for p in plans},
+            title=f"osmosis eval run: {len(plans)} models over the same rows",
+        )  # fmt: skip
+    total = sum(p.total_work_items for p in plans)
+    if not yes:
+        prompt = f"{total} rollouts over {len(plans)} models — continue?"
+        if not out.interactive:
+            raise CLIError(
+                "Use --yes to confirm in non-interactive mode.",
+                code="INTERACTIVE_REQUIRED",
+                details={"prompt": prompt},
+            )
+        if not typer.confirm(prompt, default=True):
+            raise typer.Abort()
+    reports: list[RunReport] = []
+    for plan in plans:
+        reporter = _reporter(out, verbose)
+        try:
+            reports.append(event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox))))
+        except HostError as error:
+            raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
+        except KeyboardInterrupt:
+            raise CLIError(
+                f"interrupted during {plan.config.experiment.model_path}: the attempts that "
+                f"finished are recorded in {plan.run_dir}",
+                code="INTERRUPTED",
+                exit_code=130,
+            ) from None
+        finally:
+            reporter.close()
+    rows = [_model_row(plan, report) for plan, report in zip(plans, reports, strict=True)]
+    out.listing(
+        rows,
+        columns=["model", "status", "pass_rate", "pass_at_k", "tokens", "cost_usd", "duration_s",
+                 "run"],
+        title="Models side by side",
+        cells={"cost_usd": lambda v: "-" if v is None else f"${v:.4f}",
+               "tokens": lambda v: f"{v:,}"},
+    )  # fmt: skip
+    if any(report.status != "finished" for report in reports):
+        raise typer.Exit(1)
+    below = [
+        row["model"]
+        for row, report in zip(rows, reports, strict=True)
+        if (min_pass_rate is not None and report.metrics.get("pass_rate", 0.0) < min_pass_rate)
+        or (
+            min_mean_reward is not None
+            and (report.metrics.get("reward_stats") or {}).get("mean", 0.0) < min_mean_reward
+        )
+    ]
+    if below:
+        out.warn(f"below the gate: {', '.join(below)} (exit 3)")
+        raise typer.Exit(3)
+
+
+def _model_row(plan: RunPlan, report: RunReport) -> dict[str, Any]:
+    """One model's line of the side-by-side table (JSON keeps the raw figures)."""
+    m = report.metrics
+    interval = (m.get("confidence_intervals") or {}).get("pass_rate") or {}
+    shown = f"{m.get('pass_rate', 0.0):.1%}"
+    if interval:
+        shown += f" [{interval['low']:.1%}, {interval['high']:.1%}]"
+    return {
+        "model": plan.config.experiment.model_path,
+        "status": report.status,
+        "pass_rate": shown,
+        "pass_at_k": ", ".join(f"@{p['k']} {p['value']:.3f}" for p in m.get("pass_at_k") or []),
+        "tokens": int(m.get("tokens_used", 0)),
+        "cost_usd": m.get("cost_usd"),
+        "duration_s": round(report.duration_ms / 1000, 1),
+        "run": report.run_name,
+        "outcomes": _outcomes(m),
+    }
+
+
+def _slug(model: str) -> str:
+    """A model id as part of a run name: `openai/gpt-5-mini` -> `openai-gpt-5-mini`."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", model).strip("-.") or "model"
 
 
 def _sandboxed(sandbox: bool) -> SandboxSiteSpec | None:
@@ -262,7 +416,10 @@ def _check_positive(**values: float | None) -> None:
         if value is not None and (value <= 0 or (name == "replicas" and value < 1))
     }
     if problems:
-        flags = ", ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in problems.items())
+        flags = ", ".join(
+            f"{'-n' if key == 'n' else '--' + key.replace('_', '-')} {value:g}"
+            for key, value in problems.items()
+        )
         raise CLIError(f"must be positive: {flags}", details=problems)
 
 

@@ -114,6 +114,12 @@ class RunOptions:
     cache: str | None = None
     """`--cache off|use|replay`: model calls answered from the run's record; None: the config's
     `cache` (or `replay` when `replay_from` is given and the config says `off`)."""
+    model: str | None = None
+    """`--model`: the model this run evaluates, instead of the config's `model_path`."""
+    n: int | None = None
+    """`-n`: attempts per row, instead of the config's `n`."""
+    limit: int | None = None
+    """`--limit`: the first N rows, instead of the config's `limit`."""
     replay_from: str | None = None
     """`--replay-from`: another run (its directory, or its name under the output root) whose
     record of model calls answers this run's."""
@@ -233,6 +239,7 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
         config = load_eval_config(config_path, workspace_root=workspace)
     except ConfigError as error:  # also a config outside configs/eval/ or not .toml
         raise PlanError(str(error), details=error.details()) from None
+    config = _overridden(config, options)
 
     rollout_dir = config.rollout_dir(workspace)
     entrypoint = config.entrypoint_path(workspace)
@@ -292,6 +299,22 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
         options=options,
         replay_record=replay_record,
     )
+
+
+def _overridden(config: EvalConfig, options: RunOptions) -> EvalConfig:
+    """The config with the command line's `--model`, `-n` and `--limit` in place of its own
+    (checked by the command: a model path that is not empty, numbers at least 1)."""
+    experiment, evaluation = config.experiment, config.evaluation
+    if options.model is not None:
+        experiment = experiment.model_copy(update={"model_path": options.model})
+    changes: dict[str, int] = {}
+    if options.n is not None:
+        changes["n"] = options.n
+    if options.limit is not None:
+        changes["limit"] = options.limit
+    if changes:
+        evaluation = evaluation.model_copy(update=changes)
+    return config.model_copy(update={"experiment": experiment, "evaluation": evaluation})
 
 
 def _cache_mode(config: EvalConfig, options: RunOptions) -> str:
