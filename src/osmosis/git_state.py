@@ -3,7 +3,7 @@
 The platform clones the workspace's `origin` and runs a pushed commit; config values come from
 the local file, code from git. So `eval submit` resolves one commit and warns about everything
 local the platform cannot see (uncommitted changes, commits not pushed, a branch with no
-upstream):
+upstream); a warning appears only when one applies:
 
     state = resolve_git_state(Path("."), branch=None, commit_sha=None)
     state.commit_sha, state.branch, state.warnings  # ('3f9a…', 'main', [...])
@@ -31,7 +31,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from osmosis.workspace import _git
+from osmosis.workspace import run_git
 
 __all__ = ["GitState", "GitStateError", "resolve_git_state"]
 
@@ -69,7 +69,7 @@ class GitState:
 
 
 def _run(top: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _git(*args, cwd=top)
+    return run_git(*args, cwd=top)
 
 
 def _out(top: Path, *args: str) -> str | None:
@@ -204,11 +204,6 @@ def resolve_git_state(top: Path, *, branch: str | None, commit_sha: str | None) 
             0,
             f"the work tree has uncommitted changes ({shown}{more}); the platform runs the "
             "committed code only",
-        )
-    if commit_sha is None:
-        warnings.append(
-            f"no commit_sha set: the run uses {state.commit_sha[:7]}, the tip of "
-            f"{state.branch or 'HEAD'} now; set experiment.commit_sha to pin a reproducible run"
         )
     return GitState(
         commit_sha=state.commit_sha,

@@ -45,6 +45,7 @@ __all__ = [
     "origin_url",
     "redact_url",
     "resolve_workspace",
+    "run_git",
 ]
 
 # Directories every workspace command expects under the git top level.
@@ -197,7 +198,8 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, userinfo + host, parts.path, parts.query, parts.fragment))
 
 
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`git -C cwd args…`, its output captured; `WorkspaceError` when git is missing."""
     try:
         return subprocess.run(
             ["git", "-C", str(cwd), *args],
@@ -215,7 +217,7 @@ def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def find_top_level(start: Path) -> Path:
     """The work tree's top level containing `start` (`git rev-parse --show-toplevel`)."""
-    result = _git("rev-parse", "--show-toplevel", cwd=start)
+    result = run_git("rev-parse", "--show-toplevel", cwd=start)
     if result.returncode != 0 or not result.stdout.strip():
         raise WorkspaceError(
             f"{start} is not inside a git work tree; a workspace is a git repository",
@@ -226,7 +228,7 @@ def find_top_level(start: Path) -> Path:
 
 def origin_url(top_level: Path) -> str:
     """The URL of the `origin` remote (`git remote get-url origin`)."""
-    result = _git("remote", "get-url", "origin", cwd=top_level)
+    result = run_git("remote", "get-url", "origin", cwd=top_level)
     if result.returncode != 0 or not result.stdout.strip():
         raise WorkspaceError(
             f"the git repository at {top_level} has no `origin` remote; its URL names the "

@@ -67,8 +67,8 @@ def test_without_branch_or_sha_origins_default_branch_is_asked_of_origin(tree):
     state = resolve_git_state(tree, branch=None, commit_sha=None)
     assert (state.commit_sha, state.branch, state.source) == (head, "main", "default_branch")
     assert state.pushed and state.unpushed_commits == 0 and not state.dirty_paths
-    # The only notice: the run is not pinned.
-    assert len(state.warnings) == 1 and "no commit_sha set" in state.warnings[0]
+    # Pushed, clean, on origin's default branch: nothing to warn about.
+    assert state.warnings == []
 
 
 def test_a_feature_branch_checked_out_does_not_replace_origins_default_branch(tree):

@@ -4,9 +4,12 @@
 
 Before anything is sent: the config must sit under `configs/eval/` of this git workspace and
 pass every rule, the entrypoint is imported once in a child process (best effort), the commit
-is resolved (`osmosis.git_state`), and each `[secrets].required` name is found in the secrets
-file, the environment, the platform's store, or a hidden prompt. A summary is confirmed, then
-`EvalRunCreate` is posted: config values come from the local file, code from git.
+is resolved (`osmosis.git_state`) and must hold the entrypoint (`git push` first, else a refusal
+before any request), and each `[secrets].required` name is found in the secrets file, the
+environment, the platform's store, or a hidden prompt; a model provider key stored on the
+platform must be among them (a run gets only the secrets its config names). A summary, with
+the rows the run will take, is confirmed, then `EvalRunCreate` is posted: config values come
+from the local file, code from git.
 
 Only typer and this package's light helpers load at module level; the rest inside the
 command bodies.
@@ -14,9 +17,11 @@ command bodies.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +39,9 @@ from osmosis.cli.eval.run_secrets import (
 
 if TYPE_CHECKING:
     from osmosis.cli.output import Output
+    from osmosis.client import PlatformClient
     from osmosis.eval.inputs.config import EvalConfig, Issue
+    from osmosis.git_state import GitState
     from osmosis.workspace import Workspace
 
 PREFLIGHT_TIMEOUT_S = 60  # an entrypoint that serves at import time would never return
@@ -206,6 +213,128 @@ def preflight_import(entrypoint: Path, rollout_dir: Path) -> str | None:
     )
 
 
+def _has(top: Path, object_name: str) -> bool:
+    from osmosis.workspace import run_git
+
+    return run_git("cat-file", "-e", object_name, cwd=top).returncode == 0
+
+
+def check_entrypoint_in_commit(top: Path, state: GitState, entrypoint: str) -> None:
+    """Refuse, before any request, when the commit the platform will check out lacks the
+    entrypoint (`rollouts/x/main.py`, relative to the workspace at `top`).
+
+    The commit must be in this clone to be looked into: when it is not (origin moved on since
+    the last fetch), say so rather than guess.
+    """
+    from osmosis.cli.output import CLIError
+    from osmosis.git_state import REMOTE
+    from osmosis.workspace import run_git
+
+    sha = state.commit_sha
+    target = f"{REMOTE}/{state.branch}" if state.branch else f"commit {sha[:7]}"
+    details = {"entrypoint": entrypoint, "commit_sha": sha, "branch": state.branch}
+    if not _has(top, f"{sha}^{{commit}}"):
+        raise CLIError(
+            f"{target} is at {sha[:7]}, which this clone has not fetched: cannot check that it "
+            f"has {entrypoint}",
+            details=details,
+            hint=f"git fetch {REMOTE}, then submit again",
+        )
+    if _has(top, f"{sha}:./{entrypoint}"):
+        return
+    if _has(top, f"HEAD:./{entrypoint}"):
+        current = run_git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=top).stdout.strip()
+        if state.branch and current == state.branch:
+            hint = f"git push {REMOTE} {state.branch}"
+        elif state.branch:
+            hint = (
+                f"git push, then merge {current or 'it'} into {state.branch} on {REMOTE}; or set "
+                f'experiment.branch = "{current}"'
+            )
+        else:
+            hint = "git push, then set experiment.commit_sha to the pushed commit"
+        raise CLIError(
+            f"{entrypoint} is committed locally but not pushed: the platform runs {target} "
+            f"({sha[:7]}), which does not have it",
+            details=details,
+            hint=hint,
+        )
+    rollout_dir = entrypoint.rsplit("/", 1)[0]
+    raise CLIError(
+        f"{entrypoint} is not committed: the platform runs {target} ({sha[:7]}), which does "
+        "not have it",
+        details=details,
+        hint=f"git add {rollout_dir} && git commit && git push",
+    )
+
+
+def _placeholders(names: Iterable[str]) -> dict[str, str]:
+    return {name: "(set)" for name in names}
+
+
+def provider_key_check(
+    model_path: str,
+    env: Mapping[str, str],
+    required: Sequence[str],
+    stored: Callable[[], Mapping[str, set[str]]],
+) -> str | None:
+    """The model's provider key must reach the run: a run gets the secrets its config names.
+
+    Refuses when the key is stored on the platform but not named in `[secrets].required` (the
+    run would not get it); returns a warning when it is neither named nor stored (only the
+    server's own environment could still provide it); None when it is named, or not needed.
+    """
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.model.providers import ModelResolutionError, resolve_model
+
+    try:
+        target = resolve_model(model_path, {**env, **_placeholders(required)})
+        if not target.needs_key or target.api_key:
+            return None
+        with_stored = resolve_model(model_path, {**env, **_placeholders(stored())})
+    except ModelResolutionError:
+        return None  # the server's config check reports it
+    key = target.key_env or "the provider's API key"
+    if with_stored.api_key:
+        raise CLIError(
+            f"{model_path} needs {key}, which is stored on the platform but not in "
+            "[secrets].required: a run gets only the secrets its config names",
+            details={"model": model_path, "key": key},
+            hint=f'add "{key}" to [secrets].required in the config',
+        )
+    return (
+        f"{model_path} needs {key}, which is neither in [secrets].required nor stored on the "
+        f"platform: the run works only if the server's own environment sets it "
+        f"(osmosis secret set {key}, and name it in [secrets].required)"
+    )
+
+
+def rows_to_run(
+    client: PlatformClient, *, git: str, dataset: str, limit: int | None
+) -> tuple[int, str] | None:
+    """How many rows the run will take, and why: `limit`, else the platform's seeded 10 %
+    sample. None when the dataset is not uploaded (the server's refusal says how to fix it)."""
+    from osmosis.cli.credentials import platform_errors
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
+
+    try:
+        with platform_errors():
+            total = client.datasets.get(git=git, name=dataset).rows
+    except CLIError:
+        return None
+    if total is None:
+        return None
+    if limit is not None:
+        count = min(limit, total)
+        return count, f"{count:,} of {total:,} (evaluation.limit = {limit})"
+    count = min(total, max(1, math.ceil(total * SAMPLE_FRACTION)))
+    return count, (
+        f"{count:,} of {total:,}: a seeded random {SAMPLE_FRACTION:.0%} sample "
+        "(no evaluation.limit; set it to choose)"
+    )
+
+
 def _clone_url(workspace: Workspace) -> str:
     """`origin` as the server can clone it: a relative local path becomes absolute."""
     url = workspace.remote_url
@@ -267,18 +396,31 @@ def submit_command(
         raise CLIError(error.message, hint=error.hint or None) from None
     warnings = list(state.warnings)
     top = workspace.directory.resolve()
+    check_entrypoint_in_commit(top, state, f"rollouts/{experiment.rollout}/{experiment.entrypoint}")
     problem = preflight_import(cfg.entrypoint_path(top), cfg.rollout_dir(top))
     if problem:
         warnings.append(problem)
     file_values = read_secrets_file(secrets_file)
 
     with open_client(None) as client:
+        stored = functools.cache(stored_secrets(client, workspace.identity))
         provided, choices = resolve_run_secrets(
             cfg.secrets.required,
             file_values=file_values,
             environ=os.environ,
-            stored=stored_secrets(client, workspace.identity),
+            stored=stored,
             prompt=secret_prompt(out),
+        )
+        key_warning = provider_key_check(
+            experiment.model_path, cfg.env, cfg.secrets.required, stored
+        )
+        if key_warning:
+            warnings.append(key_warning)
+        rows = rows_to_run(
+            client,
+            git=workspace.identity,
+            dataset=experiment.dataset,
+            limit=cfg.evaluation.limit,
         )
         summary = {
             "Workspace": workspace.identity,
@@ -289,6 +431,8 @@ def submit_command(
             "Branch": state.branch or "-",
             "Commit": state.commit_sha[:7],
         }
+        if rows is not None:
+            summary["Rows"] = rows[1]
         secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
         _show_submit_summary(out, summary, cfg.env, secrets, warnings)
         out.confirm(
@@ -334,6 +478,7 @@ def submit_command(
             "branch": state.branch,
             "commit_sha": state.commit_sha,
         },
+        "rows": rows[0] if rows is not None else None,
         "warnings": warnings,
         **context,
     }
@@ -345,6 +490,7 @@ def submit_command(
                 "Rollout": experiment.rollout,
                 "Model": experiment.model_path,
                 "Dataset": experiment.dataset,
+                **({"Rows": rows[1]} if rows is not None else {}),
                 "View": url,
             },
             title="Submitted",
@@ -395,7 +541,3 @@ def _show_submit_summary(
         out.listing(secrets, columns=["name", "scope", "source"], title="Secrets")
     for warning in warnings:
         out.warn(warning)
-    out.info(
-        "Push before submitting: the platform checks out the commit above from origin; "
-        "config values come from this local file."
-    )
