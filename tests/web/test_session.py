@@ -287,6 +287,7 @@ def test_the_histogram_holds_the_graded_attempts_and_no_skipped_one(app: App):
         db.commit()
     sign_in(app)
     page = app.client.get("/runs/with-skips").text
-    assert re.search(r'id="counts">2 graded, 1 passed', page)
+    assert re.search(r'id="counts">2 graded · <a [^>]*data-outcome="passed">1 passed</a>', page)
+    assert re.search(r'data-outcome="skipped">1 skipped</a>', page)
     bars = [int(c) for c in re.findall(r'class="bar"[^>]*data-count="(\d+)"', page)]
     assert sum(bars) == 2
