@@ -108,6 +108,11 @@ def test_two_runs_of_one_config_on_a_sampling_grader_pass_the_gate(world: World)
     assert first["flaky"] is True and 0 < first["passes"] < first["attempts"] == N
     assert "Flaky rows (attempts disagree within a run): noise1: row " in said
     assert " flaky" in gated.stdout
+    # `eval info` names the same rows for one run.
+    info = json.loads(world.run("--json", "eval", "info", "noise1").stdout)
+    assert info["data"]["results"]["flaky_rows"] == flaky["noise1"]
+    shown = flat(world.run("eval", "info", "noise1").stdout)
+    assert f"Flaky Rows {', '.join(map(str, flaky['noise1'][:3]))}" in shown
 
 
 def test_a_real_drop_fails_the_gate_naming_the_interval_and_margin(world: World) -> None:

@@ -321,6 +321,20 @@ def info_command(
 
 
 # -- a local run ------------------------------------------------------------------------------
+def _flaky_rows(records: Any, threshold: float) -> list[int]:
+    from osmosis.eval.results.compare import row_outcomes
+
+    return sorted(row for row, found in row_outcomes(records, threshold).items() if found.flaky)
+
+
+def _shown_rows(rows: list[int]) -> str | None:
+    """`3, 7, 12` (attempts disagree within the run), at most 20 named; None: none."""
+    if not rows:
+        return None
+    more = f" … and {len(rows) - 20} more" if len(rows) > 20 else ""
+    return ", ".join(map(str, rows[:20])) + more + " (attempts disagree within the run)"
+
+
 def _show_local_info(out: Any, run: LocalRun) -> None:
     """`eval info` for a local run: the platform view's sections, from the run directory."""
     metrics = run.metrics or {}
@@ -352,6 +366,8 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
         "tokens_used": summary.get("tokens_used", 0),
         "cost_usd": summary.get("cost_usd"),
         "errors_by_type": summary.get("errors_by_type") or {},
+        # Rows whose attempts disagree within this run (`results.compare.RowOutcome.flaky`).
+        "flaky_rows": _flaky_rows(records, summary.get("pass_threshold", run.pass_threshold)),
     }
     if out.mode.value == "json":
         out.detail(
@@ -376,6 +392,7 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
             "Duration": f"{duration / 1000:.1f}s" if isinstance(duration, int | float) else None,
             "Pass Rate": None if results["pass_rate"] is None else f"{results['pass_rate']:.1%}",
             "Tokens Used": f"{results['tokens_used']:,}",
+            "Flaky Rows": _shown_rows(results["flaky_rows"]),
             "Started": info.get("started_at") or run.manifest.get("created_at"),
             "Completed": info.get("completed_at"),
             "Dataset": f"{info.get('dataset_name') or '-'} ({provenance.get('dataset_path')})",
