@@ -7,9 +7,12 @@ fill: the tests run as root, as CI does."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
+import os
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -84,11 +87,28 @@ def server_on(tmp_path: Path) -> Iterator[Any]:
         assert result.returncode == 0, result.stderr + result.stdout
         server = DiskServer(url=f"http://127.0.0.1:{port}", home=home, env=env)
         started.append(server)
+        # Kept now: a test's small disk is unmounted before this fixture's teardown, and
+        # with it the server.pid that `server stop` reads.
+        pids.append(int((home / "server.pid").read_text().split()[0]))
         return server
 
+    pids: list[int] = []
     yield start
     for server in started:
         osmosis("server", "stop", env=server.env)
+    for pid in pids:
+        _end(pid)
+
+
+def _end(pid: int) -> None:
+    """SIGTERM, then SIGKILL after 10 s, a server `server stop` could not reach."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
 
 
 def new_member(server: DiskServer, name: str) -> str:
