@@ -49,6 +49,8 @@ _PASSED_THROUGH = (
 _URL_LISTS = ("UV_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
 _HEAD_LIMIT = 64 * 1024
 _CONNECT_TIMEOUT_SEC = 30.0
+_HEAD_TIMEOUT_SEC = 30.0  # a connection that never sends its request head is dropped
+_MAX_CONNECTIONS = 64  # at once: beyond, a connection is closed (uv opens far fewer)
 _CHUNK = 256 * 1024
 
 
@@ -128,9 +130,18 @@ class PackageProxy:
         self._open: set[socket.socket] = set()
         proxy = self
 
+        slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                proxy._serve(self.request)
+                # The build is workspace code: it must not hold a thread of the worker per
+                # connection it opens and leaves silent.
+                if not slots.acquire(blocking=False):
+                    return
+                try:
+                    proxy._serve(self.request)
+                finally:
+                    slots.release()
 
         self._server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
         self._server.daemon_threads = True
@@ -155,7 +166,9 @@ class PackageProxy:
             self.path.unlink()
 
     def _serve(self, client: socket.socket) -> None:
+        client.settimeout(_HEAD_TIMEOUT_SEC)
         head, rest = _read_head(client)
+        client.settimeout(None)
         if head is None:
             return
         method, target = _request_line(head)
