@@ -72,3 +72,19 @@ def test_bad_overrides_are_refused_naming_the_flag(tmp_path, fake_model, flags, 
     )  # fmt: skip
     assert done.returncode != 0
     assert said in json.loads(done.stderr.strip().splitlines()[-1])["error"]["message"]
+
+
+def test_the_resume_line_of_a_run_with_overrides_carries_them(tmp_path, fake_model):
+    """A halted run says how to resume it: with the same --model, -n and --limit, or the
+    resume would run another evaluation."""
+    config = make_workspace(tmp_path, ROWS)
+    done = osmosis(
+        "eval", "run", str(config), "--name", "halted", "-y", "--json",
+        "--model", "openai/other-model", "-n", "2", "--limit", "3", "--max-model-calls", "2",
+        cwd=tmp_path, env=model_env(fake_model),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr + done.stdout
+    steps = [s["command"] for s in json.loads(done.stdout)["next_steps_structured"]]
+    assert any(
+        step.endswith("--name halted --model openai/other-model -n 2 --limit 3") for step in steps
+    ), steps

@@ -137,14 +137,11 @@ def run_command(
 
     Exit codes: 0 finished (wrong answers included), 1 an error or an incomplete run, 3 below
     --min-pass-rate or --min-mean-reward, 5 every attempt errored, 130 interrupted."""
-    from osmosis.cli.eval.report import check_gate_options, conclude, rerun_command
+    from osmosis.cli.eval.report import check_gate_options, conclude
     from osmosis.cli.output import CLIError, output
-    from osmosis.eval.errors import HostError
-    from osmosis.eval.host import event_loop
     from osmosis.eval.host.plan import (
         RunOptions,
     )
-    from osmosis.eval.host.run import run_evaluation
 
     out = output()
     if max_in_flight is not None and max_in_flight < 1:
@@ -218,24 +215,13 @@ def run_command(
         return
     plan = _plan(config, options)
     _show_plan(out, plan)
-    _confirm(out, plan, yes)
-    reporter = _reporter(out, verbose)
-    rerun = rerun_command(config, plan.name, output_root, dataset_file)
-    try:
-        report = event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox)))
-    except HostError as error:  # the user's to fix: the same words the platform shows
-        raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
-    except KeyboardInterrupt:
-        # What finished is recorded (run_evaluation wrote the outputs on the way out).
-        raise CLIError(
-            f"interrupted: the attempts that finished are recorded in {plan.run_dir}",
-            code="INTERRUPTED",
-            details={"run_name": plan.name, "resume": rerun},
-            hint=f"resume with: {rerun}",
-            exit_code=130,
-        ) from None
-    finally:
-        reporter.close()
+    _confirm(
+        out,
+        f"{plan.total_work_items} rollouts x model {plan.config.experiment.model_path} — continue?",
+        yes,
+    )
+    rerun = _rerun(config, plan.name, options)
+    report = _evaluate(out, plan, verbose=verbose, sandbox=sandbox, rerun=rerun)
     _with_messages(report)
     # Gates, --report/--junit and --upload: what a CI job acts on (osmosis.cli.eval.report).
     outcome = conclude(
@@ -287,9 +273,6 @@ def _run_models(
     from datetime import UTC, datetime
 
     from osmosis.cli.output import CLIError
-    from osmosis.eval.errors import HostError
-    from osmosis.eval.host import event_loop
-    from osmosis.eval.host.run import run_evaluation
 
     base = options.name or f"{config.stem}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     if len(set(models)) != len(models):
@@ -302,32 +285,19 @@ def _run_models(
             title=f"osmosis eval run: {len(plans)} models over the same rows",
         )  # fmt: skip
     total = sum(p.total_work_items for p in plans)
-    if not yes:
-        prompt = f"{total} rollouts over {len(plans)} models — continue?"
-        if not out.interactive:
-            raise CLIError(
-                "Use --yes to confirm in non-interactive mode.",
-                code="INTERACTIVE_REQUIRED",
-                details={"prompt": prompt},
-            )
-        if not typer.confirm(prompt, default=True):
-            raise typer.Abort()
-    reports: list[RunReport] = []
-    for plan in plans:
-        reporter = _reporter(out, verbose)
-        try:
-            reports.append(event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox))))
-        except HostError as error:
-            raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
-        except KeyboardInterrupt:
-            raise CLIError(
-                f"interrupted during {plan.config.experiment.model_path}: the attempts that "
-                f"finished are recorded in {plan.run_dir}",
-                code="INTERRUPTED",
-                exit_code=130,
-            ) from None
-        finally:
-            reporter.close()
+    _confirm(out, f"{total} rollouts over {len(plans)} models — continue?", yes)
+    reports = [
+        _evaluate(
+            out,
+            plan,
+            verbose=verbose,
+            sandbox=sandbox,
+            rerun=_rerun(
+                config, plan.name, replace(options, model=plan.config.experiment.model_path)
+            ),
+        )
+        for plan in plans
+    ]
     rows = [_model_row(plan, report) for plan, report in zip(plans, reports, strict=True)]
     out.listing(
         rows,
@@ -351,6 +321,45 @@ def _run_models(
     if below:
         out.warn(f"below the gate: {', '.join(below)} (exit 3)")
         raise typer.Exit(3)
+
+
+def _rerun(config: Path, name: str, options: RunOptions) -> str:
+    """The `eval run` line that resumes run `name`, with the command line's own overrides
+    (`options` as given, before a platform dataset stood in for a missing file)."""
+    import shlex
+
+    from osmosis.cli.eval.report import rerun_command
+
+    line = rerun_command(config, name, options.output, options.dataset_file)
+    for flag, value in (("--model", options.model), ("-n", options.n), ("--limit", options.limit)):
+        if value is not None:
+            line += f" {flag} {shlex.quote(str(value))}"
+    return line
+
+
+def _evaluate(out: Output, plan: RunPlan, *, verbose: bool, sandbox: bool, rerun: str) -> RunReport:
+    """Run `plan` with a progress display; a host error or Ctrl-C as the CLI's error (the
+    attempts that finished are recorded either way: `run_evaluation` writes on the way out)."""
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.errors import HostError
+    from osmosis.eval.host import event_loop
+    from osmosis.eval.host.run import run_evaluation
+
+    reporter = _reporter(out, verbose)
+    try:
+        return event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox)))
+    except HostError as error:  # the user's to fix: the same words the platform shows
+        raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
+    except KeyboardInterrupt:
+        raise CLIError(
+            f"interrupted: the attempts that finished are recorded in {plan.run_dir}",
+            code="INTERRUPTED",
+            details={"run_name": plan.name, "resume": rerun},
+            hint=f"resume with: {rerun}",
+            exit_code=130,
+        ) from None
+    finally:
+        reporter.close()
 
 
 def _model_row(plan: RunPlan, report: RunReport) -> dict[str, Any]:
@@ -447,14 +456,12 @@ def _show_plan(out: Output, plan: RunPlan) -> None:
     )
 
 
-def _confirm(out: Output, plan: RunPlan, yes: bool) -> None:
+def _confirm(out: Output, prompt: str, yes: bool) -> None:
+    """Ask `prompt` (default yes) unless `--yes`; without a terminal, say to use `--yes`."""
     from osmosis.cli.output import CLIError
 
     if yes:
         return
-    prompt = (
-        f"{plan.total_work_items} rollouts x model {plan.config.experiment.model_path} — continue?"
-    )
     if not out.interactive:
         raise CLIError(
             "Use --yes to confirm in non-interactive mode.",
