@@ -30,6 +30,7 @@ from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
 
 _CHUNK = 256 * 1024
 _SLIRP_READY_SEC = 10.0
+_LOOPBACK_WAIT_SEC = 5.0
 
 
 class BridgeForwarder:
@@ -118,6 +119,23 @@ def _network_owner(pid: int) -> int:
         os.close(net)
 
 
+def _wait_for_loopback(pid: int) -> None:
+    """Return once bwrap has given `pid`'s network namespace its 127.0.0.1 (or it is gone).
+
+    bwrap adds 127.0.0.1 to `lo` (exclusively) and then brings it up; slirp4netns brings `lo`
+    up too, and the kernel gives an up loopback its 127.0.0.1 itself. Attached too early,
+    slirp4netns wins the race and bwrap dies with `loopback: Failed RTM_NEWADDR`."""
+    deadline = time.monotonic() + _LOOPBACK_WAIT_SEC
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/net/fib_trie", encoding="ascii", errors="replace") as table:
+                if "127.0.0.1" in table.read():
+                    return
+        except OSError:
+            return  # the sandbox is gone: attach() reports it
+        time.sleep(0.001)
+
+
 class SlirpUnavailable(Exception):
     """`full` network was asked for but slirp4netns is missing or did not start."""
 
@@ -139,6 +157,7 @@ class Slirp:
                 "network `full` needs slirp4netns (`apt-get install slirp4netns`), not found "
                 "on PATH"
             )
+        _wait_for_loopback(sandbox_pid)
         try:
             owner = _network_owner(sandbox_pid)
         except OSError as error:
