@@ -2,3 +2,5 @@
 costs tens of milliseconds on every command (`osmosis --help` must answer fast)."""
 
 __version__ = "0.1.0"
+DISTRIBUTION = "osmosis-eval"
+"""The name `pip install` knows osmosis by (`osmosis` on PyPI is an unrelated project)."""

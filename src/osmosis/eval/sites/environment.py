@@ -56,7 +56,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from osmosis._version import __version__
+from osmosis._version import DISTRIBUTION, __version__
 from osmosis.eval.errors import HostError
 from osmosis.eval.inputs.sources import copy_ignore, source_bytes, source_digest, source_files
 
@@ -432,7 +432,7 @@ def _python_spec(rollout: str, requires_python: str | None, sdk: SdkName) -> Spe
 
 def _our_requires_python() -> str:
     try:
-        return metadata.metadata("osmosis")["Requires-Python"] or _OUR_REQUIRES_PYTHON_FALLBACK
+        return metadata.metadata(DISTRIBUTION)["Requires-Python"] or _OUR_REQUIRES_PYTHON_FALLBACK
     except (metadata.PackageNotFoundError, KeyError):
         return _OUR_REQUIRES_PYTHON_FALLBACK
 
@@ -445,7 +445,7 @@ def _our_requirement(rollout: str) -> str:
     installed again from the same file; otherwise the exact version from the index.
     """
     try:
-        distribution = metadata.distribution("osmosis")
+        distribution = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         raise RolloutEnvironmentError(
             rollout, "locating the osmosis SDK", "osmosis is not installed as a distribution"
@@ -459,8 +459,8 @@ def _our_requirement(rollout: str) -> str:
             if source.exists():
                 if info.get("dir_info", {}).get("editable"):
                     return f"-e {source}"
-                return f"osmosis @ {source.as_uri()}"
-    return f"osmosis=={distribution.version}"
+                return f"{DISTRIBUTION} @ {source.as_uri()}"
+    return f"{DISTRIBUTION}=={distribution.version}"
 
 
 def _cache_key(

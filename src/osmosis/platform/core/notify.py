@@ -79,7 +79,7 @@ class Listener:
             self._thread = None
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        import psycopg  # osmosis[postgres]; only PostgreSQL platforms get here
+        import psycopg  # osmosis-eval[postgres]; only PostgreSQL platforms get here
 
         conn = psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_SEC)
         conn.execute(f"LISTEN {CHANNEL}")

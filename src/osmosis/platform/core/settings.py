@@ -83,7 +83,7 @@ SETTINGS: tuple[Setting, ...] = (
         "OSMOSIS_DATABASE_URL",
         None,
         "SQLAlchemy URL of the database; default: SQLite at <home>/platform.db. "
-        "PostgreSQL: postgresql://user:pass@host/db (psycopg 3: install osmosis[postgres]).",
+        "PostgreSQL: postgresql://user:pass@host/db (psycopg 3: install osmosis-eval[postgres]).",
     ),
     Setting("host", "OSMOSIS_HOST", "127.0.0.1", "Interface the server listens on."),
     Setting("port", "OSMOSIS_PORT", DEFAULT_PORT, "TCP port the server listens on.", int),
@@ -418,7 +418,7 @@ SETTINGS: tuple[Setting, ...] = (
         "local",
         "Where runs' rollout servers run: `local` (this machine: child processes, sandboxed "
         "unless OSMOSIS_SANDBOX=off) or `ray` (actors on the Ray cluster at "
-        "OSMOSIS_RAY_ADDRESS; needs osmosis[ray], and the cluster's nodes, not the sandbox, "
+        "OSMOSIS_RAY_ADDRESS; needs osmosis-eval[ray], and the cluster's nodes, not the sandbox, "
         "are then what isolates workspace code).",
         lambda text: _choice(text, EXECUTORS),
     ),

@@ -9,7 +9,7 @@
 
 A host asks for it with `RaySiteSpec` (`osmosis.eval.sites.spec.start_site`).
 
-The only module that imports `ray` (`pip install 'osmosis[ray]'`; without it the host says
+The only module that imports `ray` (`pip install 'osmosis-eval[ray]'`; without it the host says
 so). How it works:
 
 - **Connect.** `ray.init(address)` in a thread, with the run's checkout as the job's
@@ -79,7 +79,7 @@ from osmosis.eval.sites.seam import (
 )
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 
-RAY_EXTRA_HINT = "install the Ray extra: pip install 'osmosis[ray]'"
+RAY_EXTRA_HINT = "install the Ray extra: pip install 'osmosis-eval[ray]'"
 _CONNECT_TIMEOUT_SEC = 120.0
 _CALL_GRACE_SEC = 30.0  # beyond a result's own deadline, how long a relayed poll may take
 _LOG_POLL_SEC = 1.0
@@ -105,7 +105,7 @@ def import_ray() -> ModuleType:
     except ImportError:
         raise RayUnavailable(
             "the Ray executor needs the ray package, which is not installed: "
-            "pip install 'osmosis[ray]'",
+            "pip install 'osmosis-eval[ray]'",
             hint=RAY_EXTRA_HINT,
         ) from None
     return ray

@@ -47,13 +47,13 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
     parsed = make_url(url)
     pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0}
     if parsed.drivername in _POSTGRESQL_ALIASES:
-        # `postgresql://` would mean psycopg2 to SQLAlchemy; osmosis[postgres] installs v3.
+        # `postgresql://` would mean psycopg2 to SQLAlchemy; osmosis-eval[postgres] installs v3.
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() != "sqlite":
         try:
             engine = create_engine(parsed, pool_pre_ping=True, **pool)
         except ModuleNotFoundError as error:
-            extra = "osmosis[postgres]" if parsed.get_backend_name() == "postgresql" else None
+            extra = "osmosis-eval[postgres]" if parsed.get_backend_name() == "postgresql" else None
             fix = f"install {extra}" if extra else f"install the {error.name} package"
             raise DatabaseUnavailable(
                 f"the driver for {parsed.drivername} ({error.name}) is not installed: {fix}"
