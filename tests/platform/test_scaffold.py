@@ -301,12 +301,17 @@ def test_template_list_and_apply(workspace):
     assert "rollouts/add-openai-agents/pyproject.toml" in agents["created"]
     assert '"osmosis-ai[server,openai-agents]' in pyproject and ">=3.12" in pyproject
 
+    # `init` wrote the add template: applying it (or any template again) changes nothing.
+    again = cli_json("template", "apply", "add", cwd=workspace)["resource"]
+    assert again["created"] == [] and again["replaced"] == []
+    assert "rollouts/add/main.py" in again["unchanged"]
+    # Only a file that differs from the template's is refused, and named.
+    edited = workspace / "rollouts" / "add-tools" / "main.py"
+    edited.write_text(edited.read_text() + "# my change\n")
     clash = cli_error("template", "apply", "add-tools", cwd=workspace)
     assert clash["code"] == "CONFLICT"
-    assert clash["details"]["existing"] == [
-        "configs/eval/add-tools.toml",
-        "rollouts/add-tools/main.py",
-    ]
+    assert clash["details"]["existing"] == ["rollouts/add-tools/main.py"]
+    assert edited.read_text().endswith("# my change\n")
     unknown = cli_error("template", "apply", "multiply", cwd=workspace)
     assert unknown["code"] == "NOT_FOUND" and unknown["details"]["templates"] == list(TEMPLATES)
 

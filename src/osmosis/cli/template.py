@@ -66,7 +66,9 @@ def apply_command(
     top = workspace_root()
     content = template_files(name)
     own = [path for path in content if path not in template.shared]
-    existing = [path for path in own if (top / path).exists() or (top / path).is_symlink()]
+    # A file that already holds exactly what the template writes (after `osmosis init`, which
+    # writes the `add` template) is no conflict; only a differing one is refused.
+    existing = [path for path in own if _differs(top / path, content[path])]
     if existing and not force:
         raise CLIError(
             f"refusing to overwrite existing paths of template {name}: {', '.join(existing)}",
@@ -95,3 +97,14 @@ def apply_command(
         },
         next_steps=[{"command": step} for step in steps],
     )
+
+
+def _differs(target: Path, text: str) -> bool:
+    if target.is_symlink():
+        return True
+    if not target.exists():
+        return False
+    try:
+        return not target.is_file() or target.read_text(encoding="utf-8") != text
+    except (OSError, UnicodeDecodeError):
+        return True
