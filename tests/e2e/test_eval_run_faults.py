@@ -166,6 +166,21 @@ def test_an_entrypoint_that_raises_at_import_is_the_users_error(tmp_path, fake_m
     assert "bug in osmosis" not in done.stderr
 
 
+def test_a_run_that_failed_its_model_pre_flight_does_not_hold_its_name(tmp_path, fake_model):
+    config = make_workspace(tmp_path, FOUR, limit=4)
+    nowhere = model_env(fake_model, OPENAI_API_BASE="http://127.0.0.1:9/v1")  # nothing listens
+    failed = osmosis("eval", "run", str(config), "--name", "mine", "-y", "--json", cwd=tmp_path,
+                     env=nowhere)  # fmt: skip
+    assert failed.returncode == 1
+    assert "pre-flight failed" in json.loads(failed.stderr)["error"]["message"]
+    assert not run_dir(tmp_path, "mine").exists()
+    # The name is free: the same name with other inputs (-n 2) runs, no --fresh needed.
+    done = osmosis("eval", "run", str(config), "--name", "mine", "-n", "2", "-y", cwd=tmp_path,
+                   env=model_env(fake_model))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(read_jsonl(run_dir(tmp_path, "mine") / "events.jsonl")) == 8
+
+
 GARBLES_ONE_RESULT = SCRIPTED_MAIN.replace(
     'if __name__ == "__main__":',
     """

@@ -346,9 +346,12 @@ def _evaluate(out: Output, plan: RunPlan, *, verbose: bool, sandbox: bool, rerun
     from osmosis.eval.host.run import run_evaluation
 
     reporter = _reporter(out, verbose)
+    new_run = not (plan.run_dir / "manifest.json").exists()
     try:
         return event_loop.run(run_evaluation(plan, reporter, site=_sandboxed(sandbox)))
     except HostError as error:  # the user's to fix: the same words the platform shows
+        if new_run:
+            _forget_if_nothing_ran(plan.run_dir)
         raise CLIError(str(error), code=error.code, hint=error.hint or None) from None
     except KeyboardInterrupt:
         raise CLIError(
@@ -360,6 +363,17 @@ def _evaluate(out: Output, plan: RunPlan, *, verbose: bool, sandbox: bool, rerun
         ) from None
     finally:
         reporter.close()
+
+
+def _forget_if_nothing_ran(run_dir: Path) -> None:
+    """A run this invocation created that failed before recording any attempt (a model
+    pre-flight, a rollout that would not start) does not keep its name: the next run may use
+    it with other inputs."""
+    import shutil
+
+    journal = run_dir / "events.jsonl"
+    if run_dir.is_dir() and (not journal.exists() or journal.stat().st_size == 0):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _model_row(plan: RunPlan, report: RunReport) -> dict[str, Any]:
