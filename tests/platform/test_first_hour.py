@@ -177,6 +177,30 @@ def test_logs_json_never_passes_a_page_off_as_the_total(running_platform, pushed
     assert datasets["has_more"] is True and datasets["total_count"] is None
 
 
+def test_logs_follow_prints_every_entry_once_and_ends_with_the_run(
+    running_platform, pushed, tmp_path
+):
+    env = running_platform.env
+    tree = clone(pushed, tmp_path / "clone")
+    local_model_config(tree, "openai/not-served-here")
+    name = cli_json("eval", "submit", CONFIG, "-y", env=env, cwd=tree)["resource"]["name"]
+    # Started while the run is queued or running; it returns by itself once the run ended.
+    followed = cli("--json", "eval", "logs", name, "--follow", env=env, cwd=tree, timeout=120)
+    assert followed.returncode == 0, followed.stderr
+    assert wait_for(env, tree, name)["eval_run"]["status"] == "failed"
+    streamed = [json.loads(line)["message"] for line in followed.stdout.splitlines()]
+    paged, cursor = [], None
+    while True:
+        extra = ["--cursor", cursor] if cursor else []
+        page = cli_json("eval", "logs", name, "--limit", "2", *extra, env=env, cwd=tree)
+        paged += [item["message"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert streamed == paged and len(paged) >= 3
+    assert any("pre-flight failed" in message for message in streamed)
+
+
 def test_a_retried_run_keeps_its_first_start_and_counts_active_time(
     running_platform, pushed, tmp_path
 ):

@@ -194,6 +194,8 @@ class EvalRunDetail(_Model):
 class EvalRunLogs(_Model):
     logs: list[RunLogEntry]
     next_cursor: str | None
+    end_cursor: str | None = None
+    """Where to read on once more is written, also at the end (`eval logs --follow`)."""
 
 
 # -- operations -----------------------------------------------------------------------------

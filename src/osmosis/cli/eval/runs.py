@@ -24,6 +24,8 @@ from osmosis.cli.eval.context import envelope_context, optional_workspace, run_u
 from osmosis.cli.eval.options import SecretsFileOption, YesOption
 from osmosis.vocabulary import MAX_PAGE
 
+MAX_LOG_PAGE = 200  # what the logs route serves at most per page
+
 
 # -- list ------------------------------------------------------------------------------------
 def _row(run: Any, *, with_workspace: bool = False) -> dict[str, Any]:
@@ -107,12 +109,22 @@ def logs_command(
     name: str = typer.Argument(..., help="Run name or id."),
     limit: int = typer.Option(50, "--limit", min=1, max=200, help="Entries per page (1-200)."),
     cursor: str | None = typer.Option(None, "--cursor", help="next_cursor of the previous page."),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Print entries as they are written until the run ends (with --json: one JSON "
+        "object per line). Ctrl-C stops following, not the run.",
+    ),
 ) -> None:
     """Show a run's log entries, oldest first, one page at a time."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.output import output
 
     out = output()
+    if follow:
+        _follow_logs(out, name, cursor=cursor)
+        return
     with platform_errors(), open_client(None) as client:
         page = client.runs.logs(name, limit=limit, cursor=cursor)
     items = (
@@ -130,6 +142,50 @@ def logs_command(
     )
     if page.next_cursor and out.mode.value == "rich":
         out.info(f"More: osmosis eval logs {name} --cursor {page.next_cursor}")
+
+
+def _follow_logs(out: Any, name: str, *, cursor: str | None, poll_s: float = 1.0) -> None:
+    """Print every entry from `cursor` on as it is written; return once the run has ended and
+    everything it wrote is printed."""
+    import json
+    import time
+
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.output import CLIError
+    from osmosis.vocabulary import TERMINAL_RUN_STATUSES
+
+    def show(entry: Any) -> None:
+        if out.mode.value == "json":
+            typer.echo(json.dumps(entry.model_dump(mode="json")))
+        else:
+            row = log_row(entry)
+            step = f" [{row['step']}]" if row["step"] else ""
+            typer.echo(f"{row['time']} {row['level']:<7}{step} {row['message']}")
+
+    try:
+        with platform_errors(), open_client(None) as client:
+            ended = False
+            while True:
+                page = client.runs.logs(name, limit=MAX_LOG_PAGE, cursor=cursor)
+                for entry in page.logs:
+                    show(entry)
+                cursor = page.next_cursor or page.end_cursor or cursor
+                if page.next_cursor:
+                    continue  # more is written already: no wait
+                if ended:
+                    return  # read to the end after the run had ended: that is all of it
+                # The status is read before the last read, so nothing written is missed.
+                ended = client.runs.get(name).eval_run.status in TERMINAL_RUN_STATUSES
+                if not ended:
+                    time.sleep(poll_s)
+    except KeyboardInterrupt:
+        raise CLIError(
+            f"stopped following the logs of {name}; the run goes on",
+            code="INTERRUPTED",
+            details={"name": name, "cursor": cursor},
+            hint=f"osmosis eval logs {name} --follow --cursor {cursor}" if cursor else None,
+            exit_code=130,
+        ) from None
 
 
 # -- stop and retry --------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def eval_run_logs(
     found = runs.find_run(db, user=user, ref=run)
     path = runs.run_dir(_settings(request), found.id) / run_files.LOG_FILE
     page = run_files.read_logs(path, cursor=cursor, limit=limit)
-    return EvalRunLogs(logs=page.entries, next_cursor=page.next_cursor)
+    return EvalRunLogs(logs=page.entries, next_cursor=page.next_cursor, end_cursor=page.end_cursor)
 
 
 @router.post("/{run}/stop")

@@ -266,6 +266,8 @@ def append_log(run_dir: Path, message: str, *, level: str = "info") -> None:
 class LogPage:
     entries: list[RunLogEntry]
     next_cursor: str | None
+    # Where the next read starts even at the end (`next_cursor` None): what `--follow` polls.
+    end_cursor: str = "0"
 
 
 def read_logs(path: Path, *, cursor: str | None, limit: int) -> LogPage:
@@ -277,7 +279,7 @@ def read_logs(path: Path, *, cursor: str | None, limit: int) -> LogPage:
     try:
         handle = path.open("rb")
     except FileNotFoundError:
-        return LogPage(entries=[], next_cursor=None)
+        return LogPage(entries=[], next_cursor=None, end_cursor=str(position))
     with handle:
         position = min(position, handle.seek(0, 2))
         handle.seek(position)
@@ -291,12 +293,14 @@ def read_logs(path: Path, *, cursor: str | None, limit: int) -> LogPage:
                 entries.append(_entry(pending))
                 pending = []
                 if len(entries) == limit:
-                    return LogPage(entries=entries, next_cursor=str(position))
+                    return LogPage(
+                        entries=entries, next_cursor=str(position), end_cursor=str(position)
+                    )
             pending.append(line)
             position += len(raw)
     if pending:
         entries.append(_entry(pending))
-    return LogPage(entries=entries, next_cursor=None)
+    return LogPage(entries=entries, next_cursor=None, end_cursor=str(position))
 
 
 def tail_logs(path: Path, *, count: int) -> list[RunLogEntry]:
