@@ -173,8 +173,11 @@ def test_report_and_junit_describe_every_row(world: World, tmp_path: Path) -> No
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "2")
-    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    # Each case names its row's input and expected answer, as a CI page lists them.
+    cases = {case.get("name", "").split(":")[0]: case for case in suite.iter("testcase")}
     assert list(cases) == [f"row {i}" for i in range(6)]
+    assert cases["row 1"].get("name") == "row 1: What is 3 * 3? [breakable] → 9"
+    assert cases["row 3"].get("name") == "row 3: What is 5 * 5? [wrong] → 0"
     assert [c.tag for c in cases["row 1"]] == ["error", "system-out"]
     assert cases["row 1"].find("error").get("type") == "agent_error"  # type: ignore[union-attr]
     assert "broken on purpose" in (cases["row 1"].find("error").text or "")  # type: ignore[union-attr]
@@ -186,6 +189,11 @@ def test_report_and_junit_describe_every_row(world: World, tmp_path: Path) -> No
         text
     )
     assert "### Errored attempts (2)" in text
+    assert "| 1 | 0 | agent_error |" in text and "| What is 3 * 3? [breakable] | 9 |" in text
+    # The wrong answer is listed with what it answered, what was asked and what was expected.
+    assert "### Not passed attempts (1)" in text
+    (wrong,) = [line for line in text.splitlines() if line.startswith("| 3 | 0 | 0 |")]
+    assert wrong.endswith("| What is 5 * 5? [wrong] | 0 |") and "25" in wrong
     assert "complete: 3 passed, 1 not passed, 2 errored, 0 skipped" in text
     assert "| 1 | 0 | agent_error |" in text
     assert "--retry-failed" in text

@@ -178,7 +178,13 @@ def test_csv_export_holds_the_filtered_table(local_world: LocalWorld, page, tmp_
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
     assert [(r["row_index"], r["run_index"]) for r in rows] == [("0", "0"), ("0", "1")]
     assert rows[0]["input"] == "What is 2 * 7? Ask the otter."
+    assert rows[0]["expected"] == "14"  # the row's ground truth, beside what was answered
     assert rows[0]["output"] == "The answer is 0, said the otter."
+    # The list shows it too: on the row's heading (by row) or in its own column (flat).
+    shown = page.locator(
+        "#samples [data-row='0'] .row-expected, #samples [data-row='0'] td.expected"
+    )
+    assert shown.first.inner_text().strip().removeprefix("expected: ") == "14"
     assert (rows[0]["status"], rows[0]["reward"]) == ("success", "0.0")
 
     everything = httpx.get(local_world.url + "/runs/base/samples.csv?failed=1", timeout=30)

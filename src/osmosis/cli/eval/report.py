@@ -31,6 +31,7 @@ from osmosis.vocabulary import (
     OUTCOMES,
     count_outcomes,
     describe_outcomes,
+    outcome,
     passes,
 )
 
@@ -124,6 +125,49 @@ def check_gate_options(min_pass_rate: float | None, min_mean_reward: float | Non
 
 
 @dataclass(frozen=True)
+class RowText:
+    """What a reviewer reads beside a row's outcome: its input, the expected answer (the
+    dataset's label) and each attempt's final output, by run index. None: not recorded."""
+
+    input: str | None = None
+    expected: str | None = None
+    outputs: Mapping[int, str | None] = field(default_factory=dict)
+
+
+def row_texts(run_dir: Path, pass_threshold: float) -> dict[int, RowText]:
+    """Each row's texts from a local run directory: the input and label from the dataset file
+    the run recorded (while its SHA-256 is the run's), else the trajectory's first user
+    message; the outputs from the trajectories."""
+    import json
+
+    from osmosis.platform.web.samples_index import DatasetFile, SampleIndex
+
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    index = SampleIndex(
+        run_dir,
+        pass_threshold=pass_threshold,
+        dataset=DatasetFile.of_local_run(manifest if isinstance(manifest, dict) else {}),
+    )
+    index.refresh()
+    outputs: dict[int, dict[int, str | None]] = {}
+    given: dict[int, RowText] = {}
+    for sample in index.with_texts(list(index.samples)):
+        outputs.setdefault(sample.row_index, {})[sample.run_index] = sample.output
+        if sample.row_index not in given:
+            row = index.input_of(sample)
+            given[sample.row_index] = RowText(
+                input=row.user if row else None, expected=row.label if row else None
+            )
+    return {
+        row: RowText(input=text.input, expected=text.expected, outputs=outputs[row])
+        for row, text in given.items()
+    }
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """What the report and the JUnit file say about one run."""
 
@@ -138,6 +182,8 @@ class RunFacts:
     local_run_id: str = ""
     next_steps: Sequence[str] = field(default_factory=list)
     """Commands worth running next (resume, --retry-failed)."""
+    rows: Mapping[int, RowText] = field(default_factory=dict)
+    """Each row's input, expected answer and outputs (`row_texts`); empty: not read."""
 
 
 # -- Markdown ---------------------------------------------------------------------------------
@@ -214,15 +260,40 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
     if errors:
         lines += ["", "### Errors by type", "", "| Error type | Attempts |", "|---|---|"]
         lines += [f"| {_cell(kind)} | {count} |" for kind, count in errors.items()]
+    threshold = float(m.get("pass_threshold", DEFAULT_PASS_THRESHOLD))
+    not_passed = [
+        r for r in facts.records if outcome(r.status, r.reward, threshold) == "not_passed"
+    ]
+    if not_passed:
+        lines += ["", f"### Not passed attempts ({len(not_passed)})", ""]
+        lines += [
+            "| Row | Attempt | Reward | Output | Input | Expected |",
+            "|---|---|---|---|---|---|",
+        ]
+        for record in not_passed[:_FAILED_SHOWN]:
+            text = facts.rows.get(record.row_index) or RowText()
+            reward = "not graded" if record.reward is None else f"{record.reward:g}"
+            lines.append(
+                f"| {record.row_index} | {record.run_index} | {reward} | "
+                f"{_cell(_short(text.outputs.get(record.run_index), 120))} | "
+                f"{_cell(_short(text.input, 120))} | {_cell(_short(text.expected, 60))} |"
+            )
+        if len(not_passed) > _FAILED_SHOWN:
+            lines.append(f"\n… and {len(not_passed) - _FAILED_SHOWN} more (see `index.jsonl`).")
     failed = [r for r in facts.records if r.status == "failed"]
     if failed:
         lines += ["", f"### Errored attempts ({len(failed)})", ""]
-        lines += ["| Row | Attempt | Error | Message |", "|---|---|---|---|"]
+        lines += [
+            "| Row | Attempt | Error | Message | Input | Expected |",
+            "|---|---|---|---|---|---|",
+        ]
         for record in failed[:_FAILED_SHOWN]:
+            text = facts.rows.get(record.row_index) or RowText()
             message = (record.error_message or "")[:200]
             lines.append(
                 f"| {record.row_index} | {record.run_index} | {_cell(record.error_type)} | "
-                f"{_cell(message)} |"
+                f"{_cell(message)} | {_cell(_short(text.input, 120))} | "
+                f"{_cell(_short(text.expected, 60))} |"
             )
         if len(failed) > _FAILED_SHOWN:
             lines.append(f"\n… and {len(failed) - _FAILED_SHOWN} more (see `index.jsonl`).")
@@ -263,6 +334,21 @@ def _attempt_line(record: AttemptRecord, threshold: float) -> str:
     return f"attempt {record.run_index}: reward {record.reward:g} ({verdict})"
 
 
+def _short(text: str | None, limit: int) -> str:
+    flat = " ".join(printable(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _case_name(row_index: int, text: RowText | None) -> str:
+    """`row 3: What is 2 * 7? … → 14`: a CI page lists what was asked and expected."""
+    name = f"row {row_index}"
+    if text is not None and text.input:
+        name += f": {_short(text.input, 60)}"
+    if text is not None and text.expected:
+        name += f" → {_short(text.expected, 30)}"
+    return name
+
+
 def junit_xml(facts: RunFacts) -> str:
     """The run as JUnit XML: one `<testsuite>` for the run, one `<testcase>` per row."""
     threshold = float(facts.summary.get("pass_threshold", DEFAULT_PASS_THRESHOLD))
@@ -272,7 +358,7 @@ def junit_xml(facts: RunFacts) -> str:
     for row_index, attempts in rows.items():
         case = ElementTree.Element(
             "testcase",
-            name=f"row {row_index}",
+            name=_case_name(row_index, facts.rows.get(row_index)),
             classname=f"osmosis.eval.{printable(facts.name)}",
             time=f"{sum(r.duration_ms for r in attempts) / 1000:.3f}",
         )
@@ -455,6 +541,10 @@ def conclude(
             total_work_items=report.total_work_items,
             local_run_id=report.local_run_id,
             next_steps=next_steps,
+            rows=row_texts(
+                report.output_path,
+                float(report.metrics.get("pass_threshold", DEFAULT_PASS_THRESHOLD)),
+            ),
         )
         resource["files"] = write_outputs(facts, gates, report=report_file, junit=junit_file)
     error: Exception | None = None

@@ -54,6 +54,16 @@ class DatasetFile:
     path: Path
     sha256: str | None = None
 
+    @classmethod
+    def of_local_run(cls, manifest: dict[str, Any]) -> DatasetFile | None:
+        """The file a local run read its rows from, as its `manifest.json` records it."""
+        provenance = manifest.get("provenance")
+        inputs = manifest.get("inputs")
+        where = provenance.get("dataset_path") if isinstance(provenance, dict) else None
+        dataset = inputs.get("dataset") if isinstance(inputs, dict) else None
+        sha256 = dataset.get("sha256") if isinstance(dataset, dict) else None
+        return cls(Path(where), sha256) if isinstance(where, str) and where else None
+
 
 @dataclass(frozen=True)
 class RowInput:
@@ -407,6 +417,7 @@ class SampleIndex:
                     sample.error_type,
                     _safe_cell(sample.error_message),
                     _safe_cell(row.user if row else None),
+                    _safe_cell(row.label if row else None),
                     _safe_cell(sample.output),
                     sample.rollout_id,
                     self.outcome_of(sample),
@@ -423,6 +434,7 @@ CSV_COLUMNS = (
     "error_type",
     "error_message",
     "input",
+    "expected",  # the row's label: what the grader compares the output with
     "output",
     "rollout_id",
     "outcome",

@@ -193,13 +193,10 @@ class LocalSource:
 
     def samples_at(self, path: Path, files: _RunFiles) -> SampleIndex:
         def make() -> SampleIndex:
-            provenance = _mapping(files.manifest.get("provenance"))
-            dataset = _mapping(_mapping(files.manifest.get("inputs")).get("dataset"))
-            where = provenance.get("dataset_path")
             return SampleIndex(
                 path,
                 pass_threshold=files.pass_threshold,
-                dataset=DatasetFile(Path(where), dataset.get("sha256")) if where else None,
+                dataset=DatasetFile.of_local_run(dict(files.manifest)),
             )
 
         # A run restarted with --fresh has a new manifest, so a new index.
