@@ -236,7 +236,7 @@ def test_compare_of_three_runs_renders_the_matrix(local_world: LocalWorld, page,
     follow(page, "#compare-form button[type=submit]")
     assert parse_qs(urlparse(page.url).query)["run"] == ["base", "candidate", "third"]
     heads = page.locator("#matrix thead th").all_inner_texts()
-    assert heads[1:4] == ["base baseline", "candidate", "third"]
+    assert heads[1:6] == ["Input", "Expected", "base baseline", "candidate", "third"]
 
     follow(page, ".tabs a[data-show=all]")
     kinds = page.locator("#matrix tbody tr").evaluate_all(
@@ -245,6 +245,12 @@ def test_compare_of_three_runs_renders_the_matrix(local_world: LocalWorld, page,
     assert kinds == [[row, expected] for row, expected in KINDS.items()]
     cells = page.locator("#matrix tbody tr[data-row='1'] td.num").all_inner_texts()
     assert cells == ["2/2", "2/2", "0/2 · 2 err"]  # passes/attempts per run, and errors
+    # Each row says what was asked and expected; a row whose attempts disagree is flaky.
+    row0 = page.locator("#matrix tbody tr[data-row='0']")
+    assert row0.locator("td.input").inner_text() == "What is 2 * 7? Ask the otter."
+    assert row0.locator("td.expected").inner_text() == "14"
+    half = page.locator("#matrix tbody tr[data-row='5'] td.num").all_inner_texts()
+    assert half[0] == "1/2 flaky" and "flaky" not in half[1]
     third = page.inner_text("#summary tr[data-run='third']")
     assert "1 regressed, 3 improved, 2 same, 0 missing" in third
     assert "newcombe paired" in third  # few rows: the interval method says so
@@ -264,6 +270,7 @@ def test_compare_of_three_runs_renders_the_matrix(local_world: LocalWorld, page,
     assert "The answer is 0" in columns.nth(1).inner_text()
     assert "The answer is 14" in columns.nth(0).inner_text()
     assert page.inner_text("#user-prompt") == "What is 2 * 7? Ask the otter."
+    assert page.inner_text("#expected") == "14"
     shot(page, tmp_path, "view-compare-row")
 
 

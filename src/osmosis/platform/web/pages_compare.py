@@ -27,7 +27,7 @@ from osmosis.eval.results.compare import (
 from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.web.params import Offset, RowIndex
 from osmosis.platform.web.render import render
-from osmosis.platform.web.samples_index import Sample
+from osmosis.platform.web.samples_index import RowInput, Sample
 from osmosis.platform.web.source import RunFilters, RunSource, RunView, Source
 
 router = APIRouter()
@@ -161,10 +161,12 @@ def compare(
     elif len(chosen.runs) >= 2:
         result, threshold = _compare(source, chosen.runs)
         shown = _shown(result.rows, show)
+        page_rows = shown[offset : offset + ROWS_PER_PAGE]
         context.update(
             result=result,
             threshold=threshold,
-            rows=shown[offset : offset + ROWS_PER_PAGE],
+            rows=page_rows,
+            inputs=_row_inputs(source, chosen.runs, {r.row_index for r in page_rows}),
             page={
                 "offset": offset,
                 "limit": ROWS_PER_PAGE,
@@ -174,6 +176,25 @@ def compare(
             counts={kind: len(_shown(result.rows, kind)) for kind in SHOWS},
         )
     return render(request, "compare.html", source.viewer, nav="compare", **context)
+
+
+def _row_inputs(source: RunSource, runs: list[RunView], wanted: set[int]) -> dict[int, RowInput]:
+    """Each shown row's input and expected answer, from the first run that recorded it."""
+    found: dict[int, RowInput] = {}
+    for view in runs:
+        missing = wanted - found.keys()
+        if not missing:
+            break
+        index = source.samples(view)
+        firsts: dict[int, Sample] = {}
+        for sample in index.samples:
+            if sample.row_index in missing:
+                firsts.setdefault(sample.row_index, sample)
+        for row_index, sample in firsts.items():
+            given = index.input_of(sample)
+            if given is not None:
+                found[row_index] = given
+    return found
 
 
 @dataclass(frozen=True)
