@@ -75,6 +75,7 @@ def test_view_shows_local_runs_without_login_and_a_run_as_its_files_say(
     assert page.inner_text("#pass-at-k") == ", ".join(
         f"{p['k']}: {percent(p['value'])}" for p in summary["pass_at_k"]
     )
+    assert page.inner_text("#flaky-rows") == "5"  # 1 of its 2 attempts passed
     assert page.inner_text("#status") == "finished"
     assert page.locator("#stop-form").count() == 0  # nothing here changes a run
     with page.expect_download() as download:

@@ -19,6 +19,7 @@ from osmosis.platform.web import charts
 from osmosis.platform.web.params import Offset
 from osmosis.platform.web.render import render
 from osmosis.platform.web.source import RUNS_PER_PAGE, RunFilters, Source
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 router = APIRouter()
 
@@ -63,6 +64,8 @@ def run_page(run_ref: str, request: Request, source: Source) -> Response:
     run = source.find(run_ref)
     results = source.results(run)
     directory = source.run_dir(run)
+    threshold = run.detail.pass_threshold if run.detail else DEFAULT_PASS_THRESHOLD
+    outcomes = source.samples(run).outcomes(threshold)
     return render(
         request,
         "run.html",
@@ -73,6 +76,8 @@ def run_page(run_ref: str, request: Request, source: Source) -> Response:
         results=results,
         histogram=charts.reward_histogram_svg(charts.histogram(source.rewards(run))),
         pass_at_k=charts.pass_at_k_svg(results.get("pass_at_k") or []),
+        # Rows whose attempts disagree within this run: a pass rate there is luck, not skill.
+        flaky_rows=sorted(row for row, found in outcomes.items() if found.flaky),
         log_tail=run_files.tail_logs(directory / run_files.LOG_FILE, count=LOG_TAIL_ENTRIES),
         downloads=[name for name in DOWNLOADS if (directory / name).is_file()],
         can_stop=not source.read_only and run.live,
