@@ -564,6 +564,26 @@ def test_eval_submit_of_a_branch_never_pushed_says_so(submit_world):
     assert "branch 'nope' is not on the workspace's origin" in error["message"], error
 
 
+def test_an_entrypoint_only_in_an_unpushed_commit_fails_with_the_push_advice(submit_world):
+    # The official client does not look at what was pushed: the server is what can say why.
+    later = submit_world.cli.workspace / "rollouts" / "scripted" / "later.py"
+    later.write_text((later.parent / "main.py").read_text())
+    try:
+        config = submit_world.config(
+            "later", **{'entrypoint = "main.py"': 'entrypoint = "later.py"'}
+        )
+        run = submit_world.submit(config)["resource"]
+        with submit_world.server.client() as client:
+            detail = finished(client, run["id"], timeout=120)
+    finally:
+        later.unlink()
+    error = detail.eval_run.error or ""
+    assert detail.eval_run.status == "failed", error
+    assert "rollouts/scripted/later.py does not exist" in error
+    assert f"in commit {submit_world.commit_sha[:12]}" in error and "git push" in error
+    assert "create it" not in error
+
+
 def test_a_rewrite_never_admits_what_the_allowlist_does_not(tmp_path, databases):
     """The rewritten URL is what the server clones: `OSMOSIS_CLONE_ALLOW` must admit it too."""
     from fastapi.testclient import TestClient

@@ -51,6 +51,11 @@ class PlanError(Exception):
         self.hint = hint
 
 
+class EntrypointMissing(PlanError):
+    """The config's entrypoint is not in the checkout. Locally: create it or fix the config;
+    on the platform the likely cause is a commit that was never pushed (the worker says so)."""
+
+
 class DatasetNotFound(PlanError):
     """No `--dataset-file` and no `data/<dataset>.*`: the CLI may fetch the platform's."""
 
@@ -244,7 +249,7 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
     rollout_dir = config.rollout_dir(workspace)
     entrypoint = config.entrypoint_path(workspace)
     if not entrypoint.is_file():
-        raise PlanError(
+        raise EntrypointMissing(
             f"entrypoint {entrypoint.relative_to(workspace)} does not exist",
             details={"rollout": config.experiment.rollout, "entrypoint": str(entrypoint)},
             hint=f"create it, or fix experiment.entrypoint in {config_path.name}",

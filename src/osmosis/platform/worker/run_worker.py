@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 
 from osmosis.eval.errors import HostError, describe
 from osmosis.eval.host import event_loop
-from osmosis.eval.host.plan import PlanError, RunOptions, plan_run
+from osmosis.eval.host.plan import EntrypointMissing, PlanError, RunOptions, plan_run
 from osmosis.eval.host.run import run_evaluation
 from osmosis.eval.host.run_dir import RunLocked
 from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
@@ -214,6 +214,14 @@ class _Worker:
         )
         try:
             plan = plan_run(config_path, options)
+        except EntrypointMissing as error:
+            # The server checked out what was pushed: "create it" would be the wrong advice
+            # for a file that exists in the user's workspace but only in an unpushed commit.
+            return self._failed(
+                f"{error} in commit {run.commit_sha[:12]} of {run.origin_url}, the commit the "
+                "run checked out (if it is in your workspace, push it: git push, then submit "
+                "again; otherwise fix experiment.entrypoint)"
+            )
         except PlanError as error:
             return self._failed(describe(error))
         self._set_total(plan.total_work_items, plan.selection.total_rows)
