@@ -93,7 +93,7 @@ def headline(name: str, workspace: Path, env: dict[str, str], seconds: float) ->
     info = json.loads(osmosis("--json", "eval", "info", name, cwd=workspace, env=env, capture=True))
     results = info["data"]["results"]
     at = {int(p["k"]): float(p["value"]) for p in results.get("pass_at_k") or []}
-    shown = " · ".join(f"pass@{k} {value:.3f}" for k, value in sorted(at.items()))
+    shown = " · ".join(f"pass@{k} {value:.1%}" for k, value in sorted(at.items()))
     return (
         f"pass rate {results['pass_rate']:.1%} ({results['passed']}/{results['graded']} "
         f"attempts) · {shown} · {seconds:.0f} s wall time"

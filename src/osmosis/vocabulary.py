@@ -158,6 +158,15 @@ def format_bytes(count: int, *, exact: bool = False) -> str:
     raise AssertionError("unreachable")  # the loop returns at its last unit
 
 
+def format_rate(value: float, *, digits: int = 1) -> str:
+    """A rate (pass rate, pass@k, pass^k, an interval's ends) as every surface shows it: a
+    percent, so a rate and its interval read in one unit.
+
+        format_rate(0.4791)  # '47.9%'
+    """
+    return f"{value:.{digits}%}"
+
+
 __all__ = [
     "ATTEMPT_STATUSES",
     "DEFAULT_PASS_THRESHOLD",
@@ -174,6 +183,7 @@ __all__ = [
     "count_outcomes",
     "describe_outcomes",
     "format_bytes",
+    "format_rate",
     "outcome",
     "outcomes_of_counts",
     "pass_clause",

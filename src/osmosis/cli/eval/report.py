@@ -31,6 +31,7 @@ from osmosis.vocabulary import (
     OUTCOMES,
     count_outcomes,
     describe_outcomes,
+    format_rate,
     outcome,
     passes,
 )
@@ -243,9 +244,13 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
             )
         )
     if m.get("pass_at_k"):
-        rows.append(("pass@k", ", ".join(f"@{p['k']} {p['value']:.3f}" for p in m["pass_at_k"])))
+        rows.append(
+            ("pass@k", ", ".join(f"@{p['k']} {format_rate(p['value'])}" for p in m["pass_at_k"]))
+        )
     if m.get("pass_hat_k"):
-        rows.append(("pass^k", ", ".join(f"^{p['k']} {p['value']:.3f}" for p in m["pass_hat_k"])))
+        rows.append(
+            ("pass^k", ", ".join(f"^{p['k']} {format_rate(p['value'])}" for p in m["pass_hat_k"]))
+        )
     rows.append(("Tokens", f"{m.get('tokens_used', 0):,}"))
     if m.get("cost_usd") is not None:
         rows.append(("Cost", f"${m['cost_usd']:.4f}"))

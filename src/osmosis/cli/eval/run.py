@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, OUTCOMES, describe_outcomes
+from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, OUTCOMES, describe_outcomes, format_rate
 
 if TYPE_CHECKING:
     from osmosis.cli.eval.progress import EvalProgress
@@ -387,7 +387,9 @@ def _model_row(plan: RunPlan, report: RunReport) -> dict[str, Any]:
         "model": plan.config.experiment.model_path,
         "status": report.status,
         "pass_rate": shown,
-        "pass_at_k": ", ".join(f"@{p['k']} {p['value']:.3f}" for p in m.get("pass_at_k") or []),
+        "pass_at_k": ", ".join(
+            f"@{p['k']} {format_rate(p['value'])}" for p in m.get("pass_at_k") or []
+        ),
         "tokens": int(m.get("tokens_used", 0)),
         "cost_usd": m.get("cost_usd"),
         "duration_s": round(report.duration_ms / 1000, 1),
@@ -557,7 +559,7 @@ def results_table(report: RunReport) -> dict[str, Any]:
         "Pass Rate": (
             f"{m.get('pass_rate', 0.0):.1%} ({m.get('passed', 0)}/{scored} scored, "
             f"threshold {m.get('pass_threshold', DEFAULT_PASS_THRESHOLD):g})"
-            + _interval(m, "pass_rate")
+            + _interval(m, "pass_rate", rate=True)
         ),
     }
     stats = m.get("reward_stats")
@@ -567,9 +569,9 @@ def results_table(report: RunReport) -> dict[str, Any]:
             f"min {stats['min']:.3f}, max {stats['max']:.3f}" + _interval(m, "mean_reward")
         )
     if m.get("pass_at_k"):
-        table["pass@k"] = ", ".join(f"@{p['k']} {p['value']:.3f}" for p in m["pass_at_k"])
+        table["pass@k"] = ", ".join(f"@{p['k']} {format_rate(p['value'])}" for p in m["pass_at_k"])
     if m.get("pass_hat_k"):
-        table["pass^k"] = ", ".join(f"^{p['k']} {p['value']:.3f}" for p in m["pass_hat_k"])
+        table["pass^k"] = ", ".join(f"^{p['k']} {format_rate(p['value'])}" for p in m["pass_hat_k"])
     table["Tokens Used"] = f"{m.get('tokens_used', 0):,}"
     if m.get("cost_usd") is not None:
         table["Cost"] = f"${m['cost_usd']:.4f}"
@@ -609,13 +611,16 @@ def _with_messages(report: RunReport) -> None:
         row.setdefault("error_message", messages.get(row["rollout_id"]))
 
 
-def _interval(metrics: dict[str, Any], key: str) -> str:
+def _interval(metrics: dict[str, Any], key: str, *, rate: bool = False) -> str:
+    """`  [95% CI 40.1% to 55.6%, wilson]`: a rate's interval in percent, as the rate is."""
     interval = (metrics.get("confidence_intervals") or {}).get(key)
     if not interval:
         return ""
     level = interval.get("level", 0.95)
     method = f", {interval['method']}" if interval.get("method") else ""
-    return f"  [{level:.0%} CI {interval['low']:.3f} to {interval['high']:.3f}{method}]"
+    low, high = interval["low"], interval["high"]
+    ends = f"{format_rate(low)} to {format_rate(high)}" if rate else f"{low:.3f} to {high:.3f}"
+    return f"  [{level:.0%} CI {ends}{method}]"
 
 
 def _headline(report: RunReport) -> str:

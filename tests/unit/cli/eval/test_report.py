@@ -206,3 +206,28 @@ def test_only_a_run_whose_every_attempt_errored_exits_with_its_own_code(
         assert exit_.value.exit_code == ERRORED_EXIT_CODE == 5
     else:
         outcome.finish(out)  # wrong answers alone: exit 0
+
+
+def test_rates_and_their_intervals_read_in_one_unit_everywhere() -> None:
+    # pass rate, pass@k, pass^k and the pass rate's interval are percents on every surface;
+    # rewards stay plain numbers.
+    from osmosis.cli.eval.run import results_table
+    from osmosis.eval.host.run import RunReport
+
+    summary = summarize(RECORDS)
+    report = RunReport(
+        run_name="ci-run",
+        local_run_id="x",
+        output_path=Path("/tmp/ci-run"),
+        status="finished",
+        total_work_items=len(RECORDS),
+        metrics=summary,
+    )
+    table = results_table(report)
+    ci = summary["confidence_intervals"]["pass_rate"]
+    assert f"CI {ci['low']:.1%} to {ci['high']:.1%}" in table["Pass Rate"]
+    assert table["pass@k"] == ", ".join(f"@{p['k']} {p['value']:.1%}" for p in summary["pass_at_k"])
+    assert table["pass^k"].startswith(f"^1 {summary['pass_hat_k'][0]['value']:.1%}")
+    assert f"mean {summary['reward_stats']['mean']:.3f}" in table["Reward"]
+    text = markdown_report(facts(RECORDS))
+    assert f"| pass@k | @1 {summary['pass_at_k'][0]['value']:.1%}" in text
