@@ -269,8 +269,8 @@ def test_local_smollm2_judges_three_records(tmp_path: Path) -> None:
     )
     done = osmosis(
         "eval", "rubric", "-d", str(data), "-r", "1 if the answer is correct, else 0.",
-        "--model", "local/smollm2-135m", "--max-tokens", "96", "--timeout", "120",
-        "--concurrency", "1", "--no-cache", "-o", str(tmp_path / "r.json"), "--json",
+        # The defaults, as the README says "works here too": no tuning flags.
+        "--model", "local/smollm2-135m", "--no-cache", "-o", str(tmp_path / "r.json"), "--json",
         cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)}, timeout=300,
     )  # fmt: skip
     # The judge is tiny and may judge badly; the pipeline must still give each record a

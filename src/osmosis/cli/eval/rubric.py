@@ -40,14 +40,23 @@ def rubric_command(
     output_path: str | None = typer.Option(
         None, "--output", "-o", help=f"Write the results as JSON (a directory gets {RESULT_FILE})."
     ),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds one judge call may take."),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        help="Seconds one judge call may take (default 30; a local/ model: 120, it answers one "
+        "call at a time on this machine's CPU).",
+    ),
     score_min: float = typer.Option(0.0, "--score-min", help="Lowest score the judge may give."),
     score_max: float = typer.Option(
         1.0, "--score-max", help="Highest score the judge may give (must exceed --score-min)."
     ),
-    concurrency: int = typer.Option(8, "--concurrency", help="Judge calls in flight at once."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Judge calls in flight at once (default 8; a local/ model: 1)."
+    ),
     max_tokens: int | None = typer.Option(
-        None, "--max-tokens", help="Token limit of each verdict (default: the provider's)."
+        None,
+        "--max-tokens",
+        help="Token limit of each verdict (default: the provider's; a local/ model: 96).",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="Abort on any malformed line instead of skipping it."
@@ -66,10 +75,20 @@ def rubric_command(
     import asyncio
 
     from osmosis.cli.output import CLIError, output
+    from osmosis.eval.model.local_model import is_local_model
     from osmosis.rubric.judge import ScoreRange
     from osmosis.rubric.runner import RubricSettings
 
     out = output()
+    # The bundled local model decodes one call at a time on the CPU: eight calls in flight
+    # with 30 s each timed out in line, so its defaults wait in line instead.
+    local = is_local_model(model)
+    if concurrency is None:
+        concurrency = 1 if local else 8
+    if timeout is None:
+        timeout = 120.0 if local else 30.0
+    if max_tokens is None and local:
+        max_tokens = 96
     problems = []
     if number < 1:
         problems.append(f"--number must be at least 1, got {number}")
