@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import CLI, model_env, osmosis, read_jsonl
-from tests.e2e.workspace import make_workspace, row
+from tests.e2e.workspace import SCRIPTED_MAIN, make_workspace, row
 
 pytestmark = pytest.mark.slow
 
@@ -307,3 +307,27 @@ def test_retry_failed_reruns_only_failures_with_fresh_rollout_ids(tmp_path, fake
         assert second[r]["rollout_id"] == first[r]["rollout_id"] and second[r]["resumed"]
     metrics = json.loads((run_dir(tmp_path, "retry") / "metrics.json").read_text())["summary"]
     assert metrics["passed"] == 4 and metrics["failed"] == 0  # recomputed from the journal
+
+
+EXPLAINING_MAIN = SCRIPTED_MAIN.replace(
+    "        ctx.set_reward(1.0 if numbers and numbers[0] == ctx.label else 0.0)\n",
+    "        said = numbers[0] if numbers else 'nothing'\n"
+    "        ctx.set_reward(1.0 if numbers and numbers[0] == ctx.label else 0.0,\n"
+    "                       explanation=f'answered {said}, expected {ctx.label}')\n",
+)
+
+
+def test_a_graders_explanation_is_kept_beside_its_reward(tmp_path, fake_model):
+    assert EXPLAINING_MAIN != SCRIPTED_MAIN
+    rows = [row("pass", 2, 3), {**row("wrong", 2, 4), "ground_truth": "0"}, row("pass", 3, 3),
+            row("pass", 4, 3)]  # fmt: skip
+    config = make_workspace(tmp_path, rows, main=EXPLAINING_MAIN)
+    junit = tmp_path / "junit.xml"
+    done = osmosis("eval", "run", str(config), "--name", "why", "-y", "--junit", str(junit),
+                   cwd=tmp_path, env=model_env(fake_model))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = read_jsonl(run_dir(tmp_path, "why") / "events.jsonl")
+    said = {r["row_index"]: (r["reward"], r["reward_explanation"]) for r in records}
+    assert said[0] == (1.0, "answered 6, expected 6")
+    assert said[1] == (0.0, "answered 8, expected 0")
+    assert "reward 0 (not passed): answered 8, expected 0" in junit.read_text()

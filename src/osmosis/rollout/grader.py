@@ -11,6 +11,11 @@ from osmosis.rollout.artifacts_dir import ArtifactsDirField
 from osmosis.rollout.configs import GraderConfig
 from osmosis.rollout.sample import RolloutSample
 
+REWARD_EXPLANATION = "reward_explanation"
+"""The key of a grader's explanation in the sample's `extra_fields`: it travels with the result
+inside the reference protocol, so an `osmosis-ai` controller just ignores it."""
+MAX_EXPLANATION_CHARS = 1000
+
 
 @dataclass
 class GraderContext:
@@ -27,11 +32,15 @@ class GraderContext:
     artifacts_dir: ArtifactsDirField = ArtifactsDirField()  # noqa: RUF009 - a descriptor
     """The same directory the workflow wrote its artifacts to (created when first read)."""
 
-    def set_reward(self, reward: float) -> None:
-        """Give the sample its reward: a finite number.
+    def set_reward(self, reward: float, explanation: str | None = None) -> None:
+        """Give the sample its reward: a finite number, and optionally why, in a sentence
+        (stored with the attempt and shown beside its reward; cut to 1,000 characters).
 
         ctx.set_reward(1.0 if answer == ctx.label else 0.0)
+        ctx.set_reward(0.0, explanation=f"answered {answer}, expected {ctx.label}")
         """
+        if explanation is not None and not isinstance(explanation, str):
+            raise TypeError(f"explanation must be a string, not {type(explanation).__name__}")
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             raise TypeError(f"reward must be a number, not {type(reward).__name__}")
         if not math.isfinite(reward):
@@ -39,6 +48,8 @@ class GraderContext:
         if self.sample is None:
             raise ValueError("cannot set a reward: the workflow produced no sample")
         self.sample.reward = float(reward)
+        if explanation is not None:
+            self.sample.extra_fields[REWARD_EXPLANATION] = explanation[:MAX_EXPLANATION_CHARS]
 
 
 class Grader(ABC):

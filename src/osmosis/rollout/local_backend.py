@@ -23,7 +23,7 @@ from osmosis.rollout.backend import (
 from osmosis.rollout.configs import AgentWorkflowConfig, GraderConfig
 from osmosis.rollout.context import RolloutContext, get_rollout_context
 from osmosis.rollout.errors import categorize_exception
-from osmosis.rollout.grader import Grader, GraderContext, require_reward
+from osmosis.rollout.grader import REWARD_EXPLANATION, Grader, GraderContext, require_reward
 from osmosis.rollout.sample import RolloutSample
 from osmosis.rollout.trajectory import build_trajectory, write_trajectory
 from osmosis.rollout.types import ErrorCategory, RolloutStatus
@@ -249,6 +249,9 @@ class LocalBackend(ExecutionBackend):
                 "err_message": result.err_message,
                 "err_category": result.err_category.value if result.err_category else None,
                 "sample_metrics": sample.wire_copy().metrics if sample is not None else {},
+                "reward_explanation": (
+                    sample.extra_fields.get(REWARD_EXPLANATION) if sample is not None else None
+                ),
                 "request_metadata": request.metadata,
                 "request_extra_fields": request.extra_fields,
             },

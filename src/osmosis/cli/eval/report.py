@@ -278,6 +278,8 @@ def markdown_report(facts: RunFacts, gates: Sequence[Gate] = ()) -> str:
         for record in not_passed[:_FAILED_SHOWN]:
             text = facts.rows.get(record.row_index) or RowText()
             reward = "not graded" if record.reward is None else f"{record.reward:g}"
+            if record.reward_explanation:
+                reward += f" ({_short(record.reward_explanation, 80)})"
             lines.append(
                 f"| {record.row_index} | {record.run_index} | {reward} | "
                 f"{_cell(_short(text.outputs.get(record.run_index), 120))} | "
@@ -336,7 +338,8 @@ def _attempt_line(record: AttemptRecord, threshold: float) -> str:
     if record.reward is None:
         return f"attempt {record.run_index}: not graded (not passed)"
     verdict = "passed" if passes(record.reward, threshold) else "not passed"
-    return f"attempt {record.run_index}: reward {record.reward:g} ({verdict})"
+    why = f": {printable(record.reward_explanation)}" if record.reward_explanation else ""
+    return f"attempt {record.run_index}: reward {record.reward:g} ({verdict}){why}"
 
 
 def _short(text: str | None, limit: int) -> str:

@@ -369,7 +369,7 @@ def redact_record(record: AttemptRecord, redact: Callable[[str], str]) -> Attemp
     """
     update = {
         name: redact(value)
-        for name in ("error_type", "error_message")
+        for name in ("error_type", "error_message", "reward_explanation")
         if (value := getattr(record, name)) is not None and redact(value) != value
     }
     return record.model_copy(update=update) if update else record

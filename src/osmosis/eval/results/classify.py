@@ -26,6 +26,7 @@ from osmosis.eval.sites.api import (
     ResultWithBreach,
     ResultWithTrajectory,
 )
+from osmosis.rollout.grader import MAX_EXPLANATION_CHARS, REWARD_EXPLANATION
 from osmosis.rollout.protocol import RolloutResultResponse
 from osmosis.rollout.trajectory import build_trajectory
 from osmosis.rollout.types import RolloutStatus
@@ -46,6 +47,7 @@ def classify(
     error_type: str | None = None
     error_message: str | None = None
     reward: float | None = None
+    explanation: str | None = None
     if result.status is not RolloutStatus.SUCCESS:
         status = "failed"
         if isinstance(result, ResultWithBreach):
@@ -62,6 +64,8 @@ def classify(
     else:
         status = "success"
         reward = sample.reward if sample is not None else None
+        said = sample.extra_fields.get(REWARD_EXPLANATION) if sample is not None else None
+        explanation = said[:MAX_EXPLANATION_CHARS] if isinstance(said, str) and said else None
     prompt = sum(call.prompt_tokens or 0 for call in calls)
     completion = sum(call.completion_tokens or 0 for call in calls)
     costs = [call.cost_usd for call in calls if call.cost_usd is not None]
@@ -79,6 +83,7 @@ def classify(
         duration_ms=round(duration_ms, 3),
         error_type=error_type,
         error_message=error_message,
+        reward_explanation=explanation,
         trajectory_filename="trajectory.json",
         endpoint=endpoint,
         node=node,

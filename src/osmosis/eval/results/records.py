@@ -103,6 +103,9 @@ class AttemptRecord(BaseModel):
     """Category of a failure, such as `timeout`, `agent_error`, `validation_error`."""
     error_message: StrictStr | None = None
     """Human-readable detail of a failure, already redacted."""
+    reward_explanation: StrictStr | None = None
+    """Why the grader gave its reward, when it said (`ctx.set_reward(r, explanation=...)`);
+    redacted like the error message."""
     trajectory_filename: StrictStr | None = None
     """Name of the attempt's ATIF trajectory file, when one was written."""
     resumed: StrictBool = False

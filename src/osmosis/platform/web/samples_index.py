@@ -88,6 +88,7 @@ class Sample:
     error_type: str | None = None
     error_message: str | None = None
     cost_usd: float | None = None
+    reward_explanation: str | None = None
     finished_at: datetime | None = None
     endpoint: str | None = None
     node: str | None = None
@@ -513,6 +514,7 @@ def _from_record(record: AttemptRecord) -> Sample:
         tokens=record.tokens,
         error_type=record.error_type,
         error_message=record.error_message,
+        reward_explanation=record.reward_explanation,
         cost_usd=record.cost_usd,
         finished_at=record.finished_at,
         endpoint=getattr(record, "endpoint", None),
