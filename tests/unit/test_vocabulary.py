@@ -80,6 +80,7 @@ def test_the_public_names_are_pinned():
         "count_outcomes",
         "describe_outcomes",
         "format_bytes",
+        "format_rate",
         "outcome",
         "outcomes_of_counts",
         "pass_clause",
