@@ -9,7 +9,9 @@ set -euo pipefail
 
 readonly PACKAGE="osmosis-ai"
 readonly VERSION="0.3.8"
-readonly REQUIREMENT="${PACKAGE}[server]==${VERSION}"
+# `eval`: the official CLI's own `eval run` (tests/platform/test_official_run_layout.py) needs
+# its LiteLLM bridge.
+readonly REQUIREMENT="${PACKAGE}[server,eval]==${VERSION}"
 readonly PY_MINOR="3.12"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,7 +75,8 @@ if [[ -x "${venv_python}" ]]; then
     if [[ "${existing_minor}" != "${PY_MINOR}" ]]; then
         die "${venv_dir} exists but its Python is '${existing_minor:-unusable}', not ${PY_MINOR}; remove it and run again"
     fi
-    if [[ "$(installed_version "${venv_python}")" == "${VERSION}" ]]; then
+    if [[ "$(installed_version "${venv_python}")" == "${VERSION}" ]] \
+        && "${venv_python}" -c 'import litellm' 2>/dev/null; then
         say "${PACKAGE} ${VERSION} is already installed in ${venv_dir}"
         exit 0
     fi
@@ -91,7 +94,7 @@ say "installing ${REQUIREMENT} into ${venv_dir}"
     || die "pip could not install ${REQUIREMENT} (is PyPI reachable?)"
 
 # The suite needs the rollout SDK and its server extra; prove both import.
-"${venv_python}" -c 'from osmosis_ai.rollout import LocalBackend; from osmosis_ai.rollout.server import create_rollout_server; import uvicorn' \
+"${venv_python}" -c 'from osmosis_ai.rollout import LocalBackend; from osmosis_ai.rollout.server import create_rollout_server; import uvicorn, litellm' \
     || die "${REQUIREMENT} installed but osmosis_ai.rollout or its server extra does not import"
 
 got="$(installed_version "${venv_python}")"

@@ -158,10 +158,14 @@ def test_a_rollout_writing_past_its_disk_quota_fails_resource_limit_and_keeps_no
     assert message.startswith("resource_limit: ") and "exceeded its" in message, message
     # Nothing of the failed attempt is kept; the passing one keeps its artifact, once.
     assert not (run_dir / "artifacts" / "row_0_run_0").exists()
-    assert not (run_dir / "rollout_trials" / records[0]["rollout_id"]).exists()
+    # rollout_trials/<id>/ holds what the official `eval upload` reads: the trajectory and
+    # links to the kept artifacts, never a second copy of them.
+    assert not (run_dir / "rollout_trials" / records[0]["rollout_id"] / "artifacts").exists()
     kept = run_dir / "artifacts" / "row_1_run_0" / "notes.txt"
     assert kept.read_text() == "an honest artifact"
-    assert not (run_dir / "rollout_trials" / records[1]["rollout_id"] / "artifacts").exists()
+    mirrored = run_dir / "rollout_trials" / records[1]["rollout_id"] / "artifacts" / "notes.txt"
+    assert mirrored.stat().st_ino == kept.stat().st_ino
+    assert sorted(p.name for p in mirrored.parent.iterdir()) == ["notes.txt"]
     # The space comes back: no outbox, no ended attempts, no writer left.
     assert not [p for p in run_dir.parent.iterdir() if ".sandbox" in p.name]
     assert not [p for p in run_dir.iterdir() if ".sandbox" in p.name]

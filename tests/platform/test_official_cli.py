@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -686,3 +687,113 @@ def test_rewrite_rules_and_the_written_config():
         "env": {"A KEY": "ünï"},
         "secrets": {"required": ["API_KEY"]},
     }  # fmt: skip
+
+
+# -- root --workspace NAME -------------------------------------------------------------------
+def test_our_cli_and_the_official_name_a_workspace_with_root_workspace(
+    official, uploaded, seeded_runs, tmp_path
+):
+    """`--workspace NAME` from outside any checkout: both CLIs send `X-Osmosis-Workspace`
+    and see that workspace's datasets and runs, as from inside it."""
+    from tests.platform.conftest import CLI
+
+    outside = tmp_path / "not-a-checkout"
+    outside.mkdir()
+    url = official.platform.url
+    env = clean_env(HOME=str(tmp_path / "home"), OSMOSIS_CONFIG_DIR=str(tmp_path / "config"),
+                    OSMOSIS_PLATFORM_URL=url, OSMOSIS_TOKEN=official.platform.admin_token,
+                    OSMOSIS_TOKEN_PLATFORM_URL=url)  # fmt: skip
+
+    def ours(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, "--json", *args], cwd=outside, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    unscoped = ours("dataset", "list")
+    assert unscoped.returncode != 0 and "WORKSPACE_REQUIRED" in unscoped.stderr, unscoped.stderr
+    datasets = ours("dataset", "list", "--workspace", IDENTITY)  # after the command, too
+    assert datasets.returncode == 0, datasets.stderr
+    assert '"add"' in datasets.stdout
+    runs = ours("--workspace", IDENTITY, "eval", "list")
+    assert runs.returncode == 0, runs.stderr
+    for name in seeded_runs:
+        assert f'"{name}"' in runs.stdout
+    other = ours("--workspace", "probe/empty", "eval", "list")
+    assert other.returncode == 0, other.stderr
+    assert SEEDED not in other.stdout  # the header, not the directory, chose the workspace
+
+    done = subprocess.run([str(OFFICIAL), "--json", "--workspace", IDENTITY, "dataset", "list"],
+                          cwd=outside, env=official.env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    names = [d["file_name"] for d in json.loads(done.stdout)["items"]]
+    ours_names = [d["name"] for d in official.ours("GET", "/api/datasets").json()["datasets"]]
+    assert "add" in names and names == ours_names
+
+
+# -- eval download, twice ----------------------------------------------------------------------
+def test_eval_download_all_twice_transfers_nothing_the_second_time(official, seeded_runs, tmp_path):
+    def download() -> dict:
+        done = official.run("--json", "eval", "download", SEEDED, "--type", "all",
+                            "-o", str(tmp_path), "-y")  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+        return dict(json.loads(done.stdout)["resource"])
+
+    first = download()
+    every = {"types": "metrics,trajectories,artifacts,logs"}  # what the official `all` asks
+    manifest = official.ours("GET", f"/api/eval-runs/{SEEDED}/files", params=every).json()
+    assert first["files_downloaded"] == first["total_files"] == len(manifest["files"])
+    assert first["bytes_downloaded"] == sum(f["size"] for f in manifest["files"]) > 0
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+
+    second = download()
+    assert second["files_downloaded"] == 0 and second["bytes_downloaded"] == 0, second
+    assert second["files_skipped"] == second["total_files"] == first["total_files"]
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == stamps
+
+
+# -- eval run on a platform dataset --------------------------------------------------------------
+def test_the_official_eval_run_reads_a_platform_dataset(official, tmp_path):
+    """The official `eval run` with no `--dataset-file` fetches the config's dataset from the
+    platform (`/api/cli/datasets/{name}/download`), runs every row against the scripted model
+    and reports as many rows as the platform holds."""
+    from tests.e2e.conftest import model_env
+    from tests.e2e.workspace import OSMOSIS_AI_MAIN, OSMOSIS_AI_PYPROJECT
+
+    # A workspace of its own, so the dataset does not join the other tests' lists.
+    identity = "probe/run-ws"
+    # Four rows: the official client refuses to upload fewer.
+    rows = [row("ok", 2, 7), row("ok", 3, 7), row("ok", 4, 7), row("wrong", 5, 7)]
+    tree = tmp_path / "ws"
+    make_workspace(tree, rows, n=1, limit=len(rows), main=OSMOSIS_AI_MAIN)
+    (tree / "rollouts" / "scripted" / "pyproject.toml").write_text(OSMOSIS_AI_PYPROJECT)
+    (tree / "configs" / "training").mkdir()
+    for args in (["init", "-q", "-b", "main"],
+                 ["remote", "add", "origin", f"https://github.com/{identity}.git"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
+    uploaded = subprocess.run([str(OFFICIAL), "--json", "dataset", "upload",
+                               "data/scripted.jsonl", "--yes"], cwd=tree, env=official.env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert uploaded.returncode == 0, uploaded.stderr + uploaded.stdout
+    (tree / "data" / "scripted.jsonl").unlink()  # only the platform has it now
+
+    with FakeModelServer(script={"[wrong]": "0"}) as model:
+        uv_cache = Path(os.environ.get("UV_CACHE_DIR") or Path.home() / ".cache" / "uv")
+        env = model_env(model, LITELLM_LOCAL_MODEL_COST_MAP="True", UV_OFFLINE="1",
+                        UV_CACHE_DIR=str(uv_cache), UV_PYTHON=str(OFFICIAL.parent / "python"),
+                        UV_PYTHON_DOWNLOADS="never", NO_COLOR="1",
+                        **{k: v for k, v in official.env.items()
+                           if k.startswith("OSMOSIS_") or k == "HOME"})  # fmt: skip
+        done = subprocess.run([str(OFFICIAL), "--json", "eval", "run",
+                               "configs/eval/scripted.toml", "--name", "from-platform", "-y"],
+                              cwd=tree, env=env, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    resource = json.loads(done.stdout)["resource"]
+    headers = {"Authorization": f"Bearer {official.platform.admin_token}",
+               "X-Osmosis-Git": identity}  # fmt: skip
+    ours = httpx.get(official.platform.url + "/api/datasets/scripted", headers=headers,
+                     timeout=30).json()  # fmt: skip
+    assert ours["rows"] == len(rows)
+    assert resource["dataset_source"] == "download", resource  # not a local file
+    assert resource["total_work_items"] == resource["metrics"]["total_samples"] == ours["rows"]
+    assert (resource["metrics"]["passed"], resource["metrics"]["graded"]) == (3, 4)

@@ -46,6 +46,20 @@ def use_platform(url: str | None) -> None:
     _global_platform.set(url)
 
 
+# `--workspace NAME`, the same way: the workspace requests name, instead of the checkout's.
+_global_workspace: ContextVar[str | None] = ContextVar("osmosis_workspace", default=None)
+
+
+def use_workspace(name: str | None) -> None:
+    """Make workspace `name` the scope of every command in this context (`--workspace`)."""
+    _global_workspace.set(name.strip() if name and name.strip() else None)
+
+
+def named_workspace() -> str | None:
+    """The workspace `--workspace` named, if any."""
+    return _global_workspace.get()
+
+
 @dataclass(frozen=True)
 class Connection:
     """The platform a command talks to, the token it presents, and where each came from."""
@@ -299,6 +313,7 @@ def open_client(
             connection.url,
             connection.token,
             allow_insecure_http=allow_insecure_http(source),
+            workspace=named_workspace(),
         )
     except PlatformAPIError as error:
         raise as_cli_error(error) from None

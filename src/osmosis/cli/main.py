@@ -19,7 +19,7 @@ import typer
 from typer._click import exceptions as click_exceptions
 
 from osmosis._version import __version__
-from osmosis.cli.credentials import use_platform
+from osmosis.cli.credentials import use_platform, use_workspace
 from osmosis.cli.output import (
     CLIError,
     Mode,
@@ -75,6 +75,12 @@ def _root(
         help="Platform base URL (anywhere on the line; default: OSMOSIS_PLATFORM_URL, the "
         "saved login, or the local server).",
     ),
+    workspace: str | None = typer.Option(
+        None,
+        "--workspace",
+        help="Act on this workspace (its name, e.g. owner/repo) instead of the current "
+        "checkout's; sent as X-Osmosis-Workspace (anywhere on the line).",
+    ),
 ) -> None:
     """Evaluate LLM agent rollouts on your machine or a self-hosted platform."""
 
@@ -109,8 +115,12 @@ install_help_rendering()
 
 _GLOBAL_FLAGS = {"--json": Mode.JSON, "--plain": Mode.PLAIN}
 # Global options that take a value: flag -> GlobalOptions field.
-_GLOBAL_VALUES = {"--env-file": "env_file", "--platform": "platform"}
-_VALUE_HINTS = {"--env-file": "--env-file .env", "--platform": "--platform https://host:8765"}
+_GLOBAL_VALUES = {"--env-file": "env_file", "--platform": "platform", "--workspace": "workspace"}
+_VALUE_HINTS = {
+    "--env-file": "--env-file .env",
+    "--platform": "--platform https://host:8765",
+    "--workspace": "--workspace owner/repo",
+}
 
 
 @dataclass(frozen=True)
@@ -121,11 +131,13 @@ class GlobalOptions:
     mode: Mode = Mode.RICH
     env_file: str | None = None
     platform: str | None = None
+    workspace: str | None = None
 
 
 def _split_global_flags(argv: Sequence[str]) -> GlobalOptions:
-    """Pull `--json`/`--plain`, `--env-file FILE` and `--platform URL` from anywhere on the
-    line (before a bare `--`), so each works in any position, as the reference CLI allows."""
+    """Pull `--json`/`--plain`, `--env-file FILE`, `--platform URL` and `--workspace NAME`
+    from anywhere on the line (before a bare `--`), so each works in any position, as the
+    reference CLI allows."""
     mode = Mode.RICH
     values: dict[str, str] = {}
     rest: list[str] = []
@@ -204,6 +216,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
             if env_file:
                 load_env_file(env_file, os.environ)
             use_platform(options.platform)
+            use_workspace(options.workspace)
             result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
             return result if isinstance(result, int) else 0
         except CLIError as error:

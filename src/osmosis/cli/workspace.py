@@ -30,14 +30,21 @@ app.add_typer(member_app, name="member")
 
 def current_workspace(start: Path | None = None) -> Workspace:
     """The git workspace around `start` (default: the current directory), or a `CLIError`
-    with code WORKSPACE_REQUIRED and the fix as its hint."""
+    with code WORKSPACE_REQUIRED and the fix as its hint. Under `osmosis --workspace NAME`,
+    the workspace is NAME, in a checkout or not."""
+    from osmosis.cli.credentials import named_workspace
     from osmosis.cli.output import CLIError
-    from osmosis.workspace import WorkspaceError, resolve_workspace
+    from osmosis.workspace import Workspace, WorkspaceError, resolve_workspace
 
+    named = named_workspace()
     try:
-        return resolve_workspace(start or Path.cwd())
+        found = resolve_workspace(start or Path.cwd())
     except WorkspaceError as error:
-        raise CLIError(error.message, code=error.code, hint=error.hint or None) from None
+        if named is None:
+            raise CLIError(error.message, code=error.code, hint=error.hint or None) from None
+        # `--workspace NAME` needs no checkout: requests name the workspace instead.
+        return Workspace(directory=(start or Path.cwd()).resolve(), remote_url="", identity=named)
+    return found if named is None else Workspace(found.directory, found.remote_url, named)
 
 
 def git_context(workspace: Workspace, platform_url: str | None = None) -> dict[str, Any]:

@@ -79,8 +79,10 @@ class Transport:
         timeout: float = 30.0,
         allow_insecure_http: bool = False,
         transport: httpx.BaseTransport | None = None,
+        workspace: str | None = None,
     ) -> None:
         self.base_url = check_platform_url(base_url, allow_insecure_http=allow_insecure_http)
+        self.workspace = workspace.strip() if workspace and workspace.strip() else None
         headers = {"User-Agent": f"osmosis/{__version__}", "X-Osmosis-CLI-Version": __version__}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -89,9 +91,17 @@ class Transport:
             headers=headers,
             timeout=timeout,
             transport=transport,
+            event_hooks={"request": [self._name_workspace]} if self.workspace else None,
             # A proxy from the environment must not see loopback traffic (or its token).
             trust_env=not is_loopback(urlsplit(self.base_url).hostname or ""),
         )
+
+    def _name_workspace(self, request: httpx.Request) -> None:
+        # `workspace` (osmosis --workspace NAME) names the scope instead of the checkout's
+        # identity: every workspace-scoped request, streams and uploads included.
+        if GIT_HEADER in request.headers and self.workspace:
+            del request.headers[GIT_HEADER]
+            request.headers[WORKSPACE_HEADER] = self.workspace
 
     def call(
         self,
@@ -153,9 +163,14 @@ class Resource:
         self._transport = transport
 
 
+GIT_HEADER = "X-Osmosis-Git"
+WORKSPACE_HEADER = "X-Osmosis-Workspace"
+"""Sent instead of `X-Osmosis-Git` by a client made with `workspace=NAME`."""
+
+
 def git_header(identity: str) -> dict[str, str]:
     """The workspace a request is about, by its git identity."""
-    return {"X-Osmosis-Git": identity}
+    return {GIT_HEADER: identity}
 
 
 class FileChanged(Exception):

@@ -24,7 +24,9 @@ class PlatformClient:
             client.runs.list(git="acme/evals").eval_runs
 
     Resources mirror the API's routers: `auth`, `admin`, `workspaces`, `secrets`, `datasets`,
-    `runs`, and `imports` (local runs uploaded as platform runs).
+    `runs`, and `imports` (local runs uploaded as platform runs). With `workspace=NAME`,
+    workspace-scoped requests name that workspace (`X-Osmosis-Workspace`) instead of the
+    identity passed as `git=` (`X-Osmosis-Git`).
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class PlatformClient:
         timeout: float = 30.0,
         allow_insecure_http: bool = False,
         transport: httpx.BaseTransport | None = None,
+        workspace: str | None = None,
     ) -> None:
         self._transport = Transport(
             base_url,
@@ -42,6 +45,7 @@ class PlatformClient:
             timeout=timeout,
             allow_insecure_http=allow_insecure_http,
             transport=transport,
+            workspace=workspace,
         )
         self.base_url = self._transport.base_url
         self.auth = Auth(self._transport)

@@ -10,10 +10,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from osmosis.platform.core.db.models import ApiToken, User, Workspace
-from osmosis.platform.core.errors import AuthRequired, Forbidden
+from osmosis.platform.core.errors import AuthRequired, Forbidden, PlatformError
 from osmosis.platform.services import workspaces
 from osmosis.platform.services.token_use import TokenUses
 from osmosis.platform.services.users import check_token
+from osmosis.wire.official import WORKSPACE_HEADER
 
 # Page offsets stop far beyond any real listing but well inside the databases' 64-bit
 # integers: a larger number would otherwise reach the SQL and overflow there (a 500).
@@ -73,6 +74,24 @@ def admin_user(user: CurrentUser) -> User:
 AdminUser = Annotated[User, Depends(admin_user)]
 
 
+class ScopeHeaderConflict(PlatformError):
+    code = "WORKSPACE_SCOPE_HEADER_CONFLICT"
+    status_code = 400
+
+
+def scope_identity(git: str | None, named: str | None) -> str | None:
+    """The workspace a request names: by `X-Osmosis-Git` (a workspace directory's identity) or
+    `X-Osmosis-Workspace` (`osmosis --workspace NAME`, NAME being that same identity); None
+    when neither is sent, and refused when both are."""
+    git, named = (git or "").strip(), (named or "").strip()
+    if git and named:
+        raise ScopeHeaderConflict(
+            f"send {workspaces.GIT_HEADER} or {WORKSPACE_HEADER}, not both",
+            details={"headers": [workspaces.GIT_HEADER, WORKSPACE_HEADER]},
+        )
+    return git or named or None
+
+
 def _git_identity(
     x_osmosis_git: Annotated[
         str | None,
@@ -81,13 +100,19 @@ def _git_identity(
             description="The workspace identity, normalised from the git origin (owner/repo).",
         ),
     ] = None,
+    x_osmosis_workspace: Annotated[
+        str | None,
+        Header(alias=WORKSPACE_HEADER, description="A workspace by name (its identity)."),
+    ] = None,
 ) -> str:
-    if not x_osmosis_git or not x_osmosis_git.strip():
+    identity = scope_identity(x_osmosis_git, x_osmosis_workspace)
+    if identity is None:
         raise workspaces.GitScopeHeaderRequired(
-            f"this route is workspace-scoped: send the {workspaces.GIT_HEADER} header",
+            f"this route is workspace-scoped: send {workspaces.GIT_HEADER} (run from a "
+            f"workspace directory) or {WORKSPACE_HEADER} (osmosis --workspace NAME)",
             details={"header": workspaces.GIT_HEADER},
         )
-    return x_osmosis_git
+    return identity
 
 
 GitIdentity = Annotated[str, Depends(_git_identity)]
@@ -102,8 +127,9 @@ Rules = Annotated[workspaces.WorkspaceRules, Depends(workspace_rules)]
 
 
 def current_workspace(db: Db, user: CurrentUser, identity: GitIdentity, rules: Rules) -> Workspace:
-    """The caller's workspace from `X-Osmosis-Git`; on first use created with them as owner
-    if the creation policy and the clone allowlist let them (`workspaces.open_workspace`)."""
+    """The caller's workspace from `X-Osmosis-Git` or `X-Osmosis-Workspace`; on first use
+    created with them as owner if the creation policy and the clone allowlist let them
+    (`workspaces.open_workspace`)."""
     return workspaces.open_workspace(db, identity=identity, user=user, rules=rules)
 
 

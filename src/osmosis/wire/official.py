@@ -102,6 +102,39 @@ class TokenRevoked(_Model):
     revoked: bool
 
 
+# -- device login (RFC 8628) -----------------------------------------------------------------
+class DeviceAuthorizeIn(_Model):
+    """`POST /api/cli/device/authorize`: the official CLI names its machine (its hostname)."""
+
+    device_name: str = Field(default="", alias="deviceName", max_length=200)
+
+
+class DeviceAuthorization(_Model):
+    """A device code for the CLI to poll with, and the code a person approves in a browser."""
+
+    device_code: str
+    user_code: str = Field(description="Shown as `XXXX-XXXX`; dashes and case do not matter.")
+    verification_uri: str
+    verification_uri_complete: str
+    expires_in: int = Field(description="Seconds both codes stay valid.")
+    interval: int = Field(description="Seconds to wait between polls.")
+
+
+class DeviceTokenIn(_Model):
+    """`POST /api/cli/device/token`: one poll."""
+
+    device_code: str = Field(min_length=1, max_length=200)
+
+
+class DeviceToken(_Model):
+    """The approved login: a new token of the user who approved it."""
+
+    token: str
+    token_id: str
+    expires_at: str = Field(description="Timezone-aware ISO 8601, in the future.")
+    user: CliUser
+
+
 # -- environment secrets ---------------------------------------------------------------------
 SecretScope = Literal["user", "workspace"]
 
@@ -365,6 +398,66 @@ class DownloadUrls(_Model):
     expires_in: int
 
 
+# -- eval upload (run imports) ------------------------------------------------------------------
+class RunImportStartIn(_Model):
+    """`POST /api/cli/eval-runs/imports`: our `RunImportCreate` plus what the official client
+    adds beside it (`schema_versions`, `provenance`), kept with the run."""
+
+    schema_version: Literal[1] = 1
+    local_run_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    manifest_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    run: dict[str, Any]
+    schema_versions: dict[str, Any] = Field(default_factory=dict)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    files: list[dict[str, Any]] = Field(min_length=1, max_length=200_000)
+    reimport: bool = False
+
+
+class RunImportUploadsIn(_Model):
+    """`POST /api/cli/eval-runs/imports/{session}/uploads`: the files to get URLs for."""
+
+    paths: list[str] = Field(min_length=1, max_length=100)
+
+
+class RunImportUploadCompleteIn(_Model):
+    """`POST .../uploads/complete`: a no-op for a simple upload (the PUT checked the bytes)."""
+
+    path: str = Field(min_length=1, max_length=1024)
+    parts: list[dict[str, Any]] | None = None
+
+
+class RunImportUpload(_Model):
+    path: str
+    size: int
+    sha256: str
+    upload: UploadInstructions
+
+
+class RunImportUploads(_Model):
+    files: list[RunImportUpload]
+
+
+class RunImportFile(_Model):
+    path: str
+    size: int
+    sha256: str
+    state: Literal["pending", "uploaded"]
+
+
+class RunImportView(_Model):
+    """An import session as the official client's `EvalRunImportResult` reads it."""
+
+    session_id: str
+    status: Literal["uploading", "finalized"]
+    expected_files: int
+    uploaded_files: int
+    files: list[RunImportFile]
+    expires_at: str | None = None
+    eval_run_id: str | None = None
+    eval_run_name: str | None = None
+    platform_url: str | None = None
+
+
 __all__ = [
     "CLI_VERSION_HEADER",
     "MAX_CLI_LOG_PAGE",
@@ -384,6 +477,10 @@ __all__ = [
     "DatasetCreate",
     "DatasetFileList",
     "DatasetFilePublic",
+    "DeviceAuthorization",
+    "DeviceAuthorizeIn",
+    "DeviceToken",
+    "DeviceTokenIn",
     "DownloadInstructions",
     "DownloadItem",
     "DownloadUrl",
@@ -408,6 +505,13 @@ __all__ = [
     "LogsPage",
     "NameRef",
     "PassAtK",
+    "RunImportFile",
+    "RunImportStartIn",
+    "RunImportUpload",
+    "RunImportUploadCompleteIn",
+    "RunImportUploads",
+    "RunImportUploadsIn",
+    "RunImportView",
     "SecretScope",
     "TokenRevoked",
     "UploadInstructions",

@@ -404,7 +404,7 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
     out.detail(
         {
             "Entrypoint": rollout.get("entrypoint"),
-            "Config": f"n={inputs.get('n')}, pass_threshold={inputs.get('pass_threshold')}",
+            "Config": f"n={inputs.get('n')}, pass_threshold={run.pass_threshold}",
             "Config file": provenance.get("config_path"),
             "Secrets": ", ".join(inputs.get("secrets") or []) or "-",
         },

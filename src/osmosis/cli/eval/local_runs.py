@@ -5,6 +5,10 @@ look at finished or running local runs: `eval compare`, `eval info`, `eval uploa
     run = read_local_run(found)
     run.manifest["local_run_id"], len(run.records())
 
+A directory the official osmosis-ai `eval run` wrote reads the same way: its attempts come
+from its `index.jsonl` and its threshold from its `metrics.json`
+(`osmosis.eval.results.official_layout`).
+
 Reading never takes the run's lock: a run still being written is read as it stands (the
 journal's last, unfinished line is ignored, as a resume would ignore it).
 """
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from osmosis.eval.results import official_layout
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
@@ -47,15 +52,26 @@ class LocalRun:
     @property
     def rows_digest(self) -> str | None:
         value = (self.inputs.get("dataset") or {}).get("selected_source_rows")
+        if self.official:
+            return official_layout.selection_digest(value)
         return value if isinstance(value, str) else None
 
     @property
+    def official(self) -> bool:
+        """Written by the official osmosis-ai CLI (no pass threshold in its manifest)."""
+        return "pass_threshold" not in self.inputs
+
+    @property
     def pass_threshold(self) -> float:
+        if self.official:
+            return official_layout.pass_threshold(self.path)
         value = self.inputs.get("pass_threshold")
         return float(value) if isinstance(value, int | float) else DEFAULT_PASS_THRESHOLD
 
     def records(self) -> list[AttemptRecord]:
         """Every recorded attempt, the latest journal line per (row, attempt), in row order."""
+        if self.official:
+            return official_layout.records(self.path)
         latest: dict[tuple[int, int], AttemptRecord] = {}
         try:
             handle = (self.path / "events.jsonl").open("rb")

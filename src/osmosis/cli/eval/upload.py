@@ -7,6 +7,9 @@ needs, so an interrupted upload sends only the rest when run again, and a run up
 is answered at once. A run changed since its upload (`--retry-failed`) is refused unless
 `--replace`, which replaces the platform run's results under the same name.
 
+A directory the official osmosis-ai `eval run` wrote uploads too, as the official `eval upload`
+sends it (`osmosis.eval.results.official_layout`); the server computes its metrics.
+
     osmosis eval upload try1            # .osmosis/evals/try1/
     osmosis eval upload ./out/try1 --replace
 
@@ -76,10 +79,12 @@ def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
     from osmosis.cli.output import CLIError
     from osmosis.cli.workspace import current_workspace
     from osmosis.eval.inputs.dataset_formats import sha256_file
+    from osmosis.eval.results import official_layout
     from osmosis.eval.results.run_export import export_files, verify_run_dir
     from osmosis.wire.runs import ImportFileIn, ImportRunIn, RunImportCreate
 
-    problems = verify_run_dir(path)
+    official = official_layout.is_official_run_dir(path)
+    problems = official_layout.check(path) if official else verify_run_dir(path)
     if problems:
         raise CLIError(
             f"{path} cannot be uploaded: {'; '.join(problems[:3])}"
@@ -90,23 +95,26 @@ def upload_run(out: Output, path: Path, *, replace: bool) -> dict[str, Any]:
     local = read_local_run(path)
     # The run belongs to the workspace it was made in: the repository around its directory.
     workspace = current_workspace(path)
-    files = export_files(path)
+    files = official_layout.upload_files(path) if official else export_files(path)
     by_path = {f.path: f for f in files}
     inputs = local.inputs
+    description = (
+        official_layout.upload_run(path)
+        if official
+        else {
+            "name": local.name,
+            "model_path": inputs.get("model_path"),
+            "dataset": inputs.get("dataset"),
+            "evaluation_config": {
+                "n": inputs.get("n"),
+                "pass_threshold": inputs.get("pass_threshold"),
+            },
+        }
+    )
     body = RunImportCreate(
         local_run_id=str(local.manifest["local_run_id"]),
         manifest_digest=sha256_file(path / "manifest.json"),
-        run=ImportRunIn.model_validate(
-            {
-                "name": local.name,
-                "model_path": inputs.get("model_path"),
-                "dataset": inputs.get("dataset"),
-                "evaluation_config": {
-                    "n": inputs.get("n"),
-                    "pass_threshold": inputs.get("pass_threshold"),
-                },
-            }
-        ),
+        run=ImportRunIn.model_validate(description),
         files=[ImportFileIn(path=f.path, size=f.size, sha256=f.sha256) for f in files],
         reimport=replace,
     )

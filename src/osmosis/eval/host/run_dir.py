@@ -3,7 +3,8 @@
     .osmosis/evals/<name>/
       manifest.json   events.jsonl (journal)   logs.txt
       index.jsonl     summary.jsonl            progress.json    metrics.json
-      rollout_trials/<rollout_id>/...          (written by the rollout server)
+      rollout_trials/<rollout_id>/...          (written by the rollout server; then, for the
+                                               official `eval upload`, links to the two below)
       trajectories/row_<r>_run_<k>.json        artifacts/row_<r>_run_<k>/...
 
 Every finished attempt is appended to `events.jsonl` and fsynced before it counts; a resume
@@ -40,6 +41,7 @@ from typing import IO, Any
 
 from osmosis.eval.errors import HostError
 from osmosis.eval.host.group_commit import GroupCommit
+from osmosis.eval.results.official_layout import mirror_trial
 from osmosis.eval.results.records import AttemptRecord, FinishedAttempt, index_row, journal_entry
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.results.trial_outputs import (
@@ -249,10 +251,12 @@ class RunDirectory:
         written and its journal offset."""
         record = redact_record(attempt.record, self.redact)
         stem = f"row_{record.row_index}_run_{record.run_index}"
-        if attempt.trajectory is not None:
-            data = dumps(attempt.trajectory, default=str)
+        document = attempt.trajectory
+        if document is not None:
+            data = dumps(document, default=str)
             if not self._clean(data.decode()):  # a secret in it: redact it as data
-                data = dumps(self.redactor.redact_obj(attempt.trajectory), default=str)
+                document = self.redactor.redact_obj(document)
+                data = dumps(document, default=str)
             # No fsync of its own: the journal's fsync is the commit point (module doc).
             write_bytes_in_place(self.path / "trajectories" / f"{stem}.json", data)
         if attempt.trial_dir is not None:
@@ -269,6 +273,13 @@ class RunDirectory:
                 copied.skipped[:0] = skipped
             if (note := copied.summary()) is not None:
                 self.log(f"artifacts of {stem}: {note}")
+        mirror_trial(
+            self.path,
+            record,
+            trajectory=self.path / "trajectories" / f"{stem}.json",
+            document=document,
+            artifacts=self.path / "artifacts" / stem if attempt.trial_dir is not None else None,
+        )
         line = dumps(journal_entry(record)) + b"\n"
         with self._journal_lock:
             assert self._journal is not None

@@ -17,10 +17,11 @@ from fastapi.responses import FileResponse
 from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.errors import Conflict, ValidationFailed
 from osmosis.platform.core.settings import Settings
-from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset, Rules
+from osmosis.platform.deps import CurrentUser, CurrentWorkspace, Db, Offset, Rules, scope_identity
 from osmosis.platform.services import run_files, run_upload, run_views, runs, workspaces
 from osmosis.platform.worker.scheduler import Scheduler
 from osmosis.vocabulary import MAX_PAGE, TERMINAL_RUN_STATUSES
+from osmosis.wire.official import WORKSPACE_HEADER
 from osmosis.wire.runs import (
     ATTEMPT_SORTS,
     AttemptList,
@@ -85,17 +86,21 @@ def list_eval_runs(
     offset: Offset = 0,
     all: Annotated[bool, Query(description="Every workspace of the caller.")] = False,
     x_osmosis_git: Annotated[str | None, Header(alias="X-Osmosis-Git")] = None,
+    x_osmosis_workspace: Annotated[str | None, Header(alias=WORKSPACE_HEADER)] = None,
 ) -> EvalRunList:
-    """Runs newest first, of the workspace in `X-Osmosis-Git` or (`all=true`) of every one."""
+    """Runs newest first, of the workspace in `X-Osmosis-Git` (or `X-Osmosis-Workspace`) or
+    (`all=true`) of every one."""
     workspace = None
     if not all:
-        if not x_osmosis_git or not x_osmosis_git.strip():
+        identity = scope_identity(x_osmosis_git, x_osmosis_workspace)
+        if identity is None:
             raise workspaces.GitScopeHeaderRequired(
-                f"send the {workspaces.GIT_HEADER} header, or all=true for every workspace",
+                f"send the {workspaces.GIT_HEADER} or {WORKSPACE_HEADER} header, or all=true "
+                "for every workspace",
                 details={"header": workspaces.GIT_HEADER},
             )
         # Through the creation policy, as every workspace-scoped route (issue 13.3).
-        workspace = workspaces.open_workspace(db, identity=x_osmosis_git, user=user, rules=rules)
+        workspace = workspaces.open_workspace(db, identity=identity, user=user, rules=rules)
     page = runs.list_runs(db, user=user, workspace=workspace, limit=limit, offset=offset)
     return EvalRunList(
         eval_runs=[run_views.summary_public(run) for run in page.runs],

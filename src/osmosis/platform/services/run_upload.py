@@ -15,6 +15,11 @@
   unless `reimport` (`--replace`), which replaces that run's files, attempts and metrics
   under the same id and name.
 
+- **Either layout**: ours (`manifest.json`, `events.jsonl`, `metrics.json`, ...) or the official
+  osmosis-ai one (`index.jsonl`, `progress.json`, `logs.txt`, `rollout_trials/<id>/...`, no
+  manifest or metrics), which finalize converts to ours with metrics computed here
+  (`osmosis.eval.results.official_layout`).
+
 Session state lives on disk under `<home>/imports/` (no table: nothing here needs a query
 beyond "this session"), and the imported run is an ordinary run directory `runs/<id>/`.
 """
@@ -39,6 +44,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from osmosis.eval.results import official_layout
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.eval.results.run_export import REQUIRED, is_export_path, verify_run_dir
 from osmosis.platform.core.db.dataset_models import Dataset, DatasetVersion
@@ -129,11 +135,30 @@ def _session(db: Session, settings: Settings, *, user: User, session_id: str) ->
 
 
 # -- start ----------------------------------------------------------------------------------
+OFFICIAL = "osmosis-ai"
+"""The `layout` of a session that sends the official local-run layout (no manifest.json)."""
+_OFFICIAL_REQUIRED = ("index.jsonl", "progress.json")
+
+
+def layout_of(paths: list[str]) -> str:
+    """`ours` when the upload declares our manifest.json, else the official layout."""
+    return "ours" if "manifest.json" in paths else OFFICIAL
+
+
 def _check_declared(body: RunImportCreate, settings: Settings) -> None:
     problems = []
     paths = [f.path for f in body.files]
-    bad = [p for p in paths if not is_export_path(p)]
-    if bad:
+    official = layout_of(paths) == OFFICIAL
+    bad = [p for p in paths if not (official_layout.is_official_path if official
+                                    else is_export_path)(p)]  # fmt: skip
+    if bad and official:
+        problems.append(
+            f"{len(bad)} path(s) outside the official run layout: {', '.join(bad[:5])} "
+            "(allowed: index.jsonl, progress.json, logs.txt, "
+            "rollout_trials/<rollout_id>/trajectory*.json, rollout_trials/<rollout_id>/"
+            "artifacts/...; or our layout, with manifest.json)"
+        )
+    elif bad:
         problems.append(
             f"{len(bad)} path(s) outside the run layout: {', '.join(bad[:5])} (allowed: "
             "manifest.json, events.jsonl, index.jsonl, summary.jsonl, progress.json, "
@@ -144,7 +169,16 @@ def _check_declared(body: RunImportCreate, settings: Settings) -> None:
     duplicated = sorted(p for p, count in counts.items() if count > 1)
     if duplicated:
         problems.append(f"path(s) declared twice: {', '.join(duplicated[:5])}")
-    missing = [name for name in REQUIRED if name not in paths]
+    if official:
+        evaluation = body.run.model_dump().get("evaluation_config")
+        threshold = evaluation.get("pass_threshold") if isinstance(evaluation, dict) else None
+        if not isinstance(threshold, int | float) or isinstance(threshold, bool):
+            problems.append(
+                "run.evaluation_config.pass_threshold must be a number (the official layout "
+                "carries no manifest.json to read it from)"
+            )
+    missing = [name for name in (_OFFICIAL_REQUIRED if official else REQUIRED)
+               if name not in paths]  # fmt: skip
     if missing:
         problems.append(f"required file(s) not declared: {', '.join(missing)}")
     large = [f.path for f in body.files if f.size > settings.max_upload_bytes]
@@ -166,9 +200,15 @@ def start_import(
     workspace: Workspace,
     user: User,
     body: RunImportCreate,
+    provenance: Mapping[str, Any] | None = None,
+    schema_versions: Mapping[str, Any] | None = None,
 ) -> RunImportSession:
-    """Open the upload of a local run, or pick it up where it stopped (see the module doc)."""
+    """Open the upload of a local run, or pick it up where it stopped (see the module doc).
+
+    `provenance` and `schema_versions` are what the official client sends beside the run;
+    an official-layout run keeps them in the manifest finalize writes for it."""
     _check_declared(body, settings)
+    layout = layout_of([f.path for f in body.files])
     declared = {f.path: {"size": f.size, "sha256": f.sha256} for f in body.files}
     index = _root(settings) / "by-local-run" / workspace.id / body.local_run_id
     with _locked(index.with_suffix(".lock")):
@@ -217,8 +257,13 @@ def start_import(
                 and (before.get("size"), before.get("sha256")) == (info["size"], info["sha256"])
                 and (staged / path).is_file()
             )
-            # A file the imported run already holds, unchanged, need not travel again.
-            kept = finalized.get(path) == info and state.get("eval_run_id") is not None
+            # A file the imported run already holds, unchanged, need not travel again (our
+            # layout only: an official upload's files are converted, not kept as sent).
+            kept = (
+                layout == "ours"
+                and finalized.get(path) == info
+                and state.get("eval_run_id") is not None
+            )
             files[path] = {**info, "state": "uploaded" if arrived or kept else "pending"}
         state.update(
             status="uploading",
@@ -227,6 +272,10 @@ def start_import(
             manifest_digest=body.manifest_digest,
             reimport=body.reimport,
             files=files,
+            layout=layout,
+            run=body.run.model_dump(mode="json"),
+            provenance=dict(provenance or {}),
+            schema_versions=dict(schema_versions or {}),
         )
         _write_state(settings, state)
         index.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +295,54 @@ async def receive_file(
 ) -> ImportFileState:
     """Store one declared file from `chunks`, checking its size and SHA-256 as it arrives."""
     state = _session(db, settings, user=user, session_id=session_id)
+    return await _receive(settings, state, session_id=session_id, path=path, chunks=chunks)
+
+
+async def receive_signed_file(
+    settings: Settings, *, session_id: str, path: str, chunks: AsyncIterator[bytes]
+) -> ImportFileState:
+    """`receive_file` for a capability URL: its signature, minted for a member of the
+    session's workspace (`upload_instructions`), stands in for the user."""
+    state = _read_state(settings, session_id)
+    if state is None:
+        raise NotFound(
+            f"upload session {session_id!r} not found", details={"session_id": session_id}
+        )
+    return await _receive(settings, state, session_id=session_id, path=path, chunks=chunks)
+
+
+def pending_files(
+    db: Session, *, settings: Settings, user: User, session_id: str, paths: list[str]
+) -> list[ImportFileState]:
+    """The declared files among `paths` still to send; an undeclared path is a 422."""
+    state = _session(db, settings, user=user, session_id=session_id)
+    unknown = [p for p in paths if p not in state["files"]]
+    if unknown:
+        raise ValidationFailed(
+            f"{len(unknown)} path(s) were not declared when the upload started: "
+            f"{', '.join(unknown[:5])}",
+            details={"paths": unknown[:50], "session_id": session_id},
+        )
+    return [
+        ImportFileState(path=p, size=f["size"], sha256=f["sha256"], state=f["state"])
+        for p in dict.fromkeys(paths)
+        if (f := state["files"][p])["state"] != "uploaded"
+    ]
+
+
+def session_of(db: Session, *, settings: Settings, user: User, session_id: str) -> RunImportSession:
+    """Where the session stands (404 unless it is of one of `user`'s workspaces)."""
+    return _public(_session(db, settings, user=user, session_id=session_id))
+
+
+async def _receive(
+    settings: Settings,
+    state: dict[str, Any],
+    *,
+    session_id: str,
+    path: str,
+    chunks: AsyncIterator[bytes],
+) -> ImportFileState:
     info = state["files"].get(path)
     if state["status"] != "uploading":
         raise Conflict(
@@ -282,7 +379,7 @@ async def receive_file(
     finally:
         partial.unlink(missing_ok=True)
     with _locked(_root(settings) / session_id / ".lock"):
-        state = _session(db, settings, user=user, session_id=session_id)
+        state = _read_state(settings, session_id) or state
         if state["files"].get(path) == info:
             state["files"][path]["state"] = "uploaded"
             _write_state(settings, state)
@@ -310,9 +407,27 @@ def finalize_import(
         candidate = folder / "run"
         shutil.rmtree(candidate, ignore_errors=True)
         existing = run_dir(settings, state["eval_run_id"]) if state.get("eval_run_id") else None
-        _assemble(candidate, folder / "files", existing, state["files"])
+        official = state.get("layout") == OFFICIAL
+        if official:
+            sent = folder / "official"
+            shutil.rmtree(sent, ignore_errors=True)
+            _assemble(sent, folder / "files", None, state["files"])
+            official_layout.convert(
+                sent,
+                candidate,
+                run=state["run"],
+                local_run_id=state["local_run_id"],
+                provenance=state.get("provenance") or {},
+                schema_versions=state.get("schema_versions") or {},
+            )
+            shutil.rmtree(sent, ignore_errors=True)
+        else:
+            _assemble(candidate, folder / "files", existing, state["files"])
         problems = verify_run_dir(
-            candidate, expected_name=state["run_name"], manifest_digest=state["manifest_digest"]
+            candidate,
+            expected_name=state["run_name"],
+            # The official client's digest is of a manifest it does not send.
+            manifest_digest=None if official else state["manifest_digest"],
         )
         if problems:
             shutil.rmtree(candidate, ignore_errors=True)

@@ -22,6 +22,7 @@ from osmosis.platform.core.errors import PlatformError, error_response
 from osmosis.platform.web import (
     pages_auth,
     pages_compare,
+    pages_device,
     pages_library,
     pages_runs,
     pages_samples,
@@ -103,7 +104,7 @@ def install_dashboard(app: FastAPI) -> None:
     """Mount the pages and static files, and answer browsers' errors with HTML pages."""
     app.state.run_source = platform_sources
     app.state.sample_indexes = IndexCache()
-    for module in (pages_auth, *RUN_PAGES, pages_stop, pages_library):
+    for module in (pages_auth, *RUN_PAGES, pages_stop, pages_library, pages_device):
         app.include_router(module.router, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(LoginRequired, _login_required)

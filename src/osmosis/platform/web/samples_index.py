@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from osmosis.eval.results import official_layout
 from osmosis.eval.results.compare import RowOutcome, row_outcomes
 from osmosis.eval.results.metrics import pass_at_k_estimate
 from osmosis.eval.results.records import AttemptRecord
@@ -228,8 +229,14 @@ class SampleIndex:
                 try:
                     record = AttemptRecord.model_validate_json(line)
                 except ValueError:
-                    self.skipped_lines += 1  # as a resume does: a corrupt line records nothing
-                    continue
+                    # A run the official osmosis-ai CLI wrote journals bare index rows.
+                    official = official_layout.journal_record(
+                        line, finished_at=official_layout.finished_at(self.run_dir)
+                    )
+                    if official is None:
+                        self.skipped_lines += 1  # as a resume does: a corrupt line records nothing
+                        continue
+                    record = official
                 self._add(_from_record(record))
 
     def _add(self, sample: Sample) -> None:

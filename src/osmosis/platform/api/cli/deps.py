@@ -7,47 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends
 
 from osmosis.platform.core.db.models import Workspace
-from osmosis.platform.core.errors import PlatformError
-from osmosis.platform.deps import CurrentUser, Db, Rules
+from osmosis.platform.deps import CurrentUser, Db, GitIdentity, Rules
 from osmosis.platform.services import workspaces
-from osmosis.wire.official import WORKSPACE_HEADER
 
-
-class ScopeHeaderConflict(PlatformError):
-    code = "WORKSPACE_SCOPE_HEADER_CONFLICT"
-    status_code = 400
-
-
-def _named_identity(
-    x_osmosis_git: Annotated[
-        str | None,
-        Header(alias=workspaces.GIT_HEADER, description="The workspace's git identity."),
-    ] = None,
-    x_osmosis_workspace: Annotated[
-        str | None,
-        Header(alias=WORKSPACE_HEADER, description="A workspace name (its identity)."),
-    ] = None,
-) -> str:
-    git = (x_osmosis_git or "").strip()
-    named = (x_osmosis_workspace or "").strip()
-    if git and named:
-        raise ScopeHeaderConflict(
-            f"send {workspaces.GIT_HEADER} or {WORKSPACE_HEADER}, not both",
-            details={"headers": [workspaces.GIT_HEADER, WORKSPACE_HEADER]},
-        )
-    if not (git or named):
-        raise workspaces.GitScopeHeaderRequired(
-            f"this route is workspace-scoped: send {workspaces.GIT_HEADER} (run from a "
-            f"workspace directory) or {WORKSPACE_HEADER} (osmosis --workspace NAME)",
-            details={"header": workspaces.GIT_HEADER},
-        )
-    return git or named
-
-
-NamedIdentity = Annotated[str, Depends(_named_identity)]
+# The same two headers as our own API's, with the same rules (`osmosis.platform.deps`).
+NamedIdentity = GitIdentity
 
 
 def cli_workspace(db: Db, user: CurrentUser, identity: NamedIdentity, rules: Rules) -> Workspace:

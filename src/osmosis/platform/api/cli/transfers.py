@@ -2,7 +2,8 @@
 the permission, for one object, one method, until it expires (`services.capability_urls`).
 
 The official CLI fetches these as it would presigned storage URLs: `PUT` a dataset's bytes,
-`GET` a dataset version's bytes, `GET` one file of a run's download layout.
+`GET` a dataset version's bytes, `GET` one file of a run's download layout, `PUT` one file
+of an `eval upload`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from osmosis.platform.services.capability_urls import CapabilitySigner
 from .datasets import DOWNLOAD, UPLOAD
 from .errors import OfficialRoute
 from .eval_runs import RUN_FILE
+from .run_imports import RUN_IMPORT
+from .run_imports import receive as receive_run_import
 
 router = APIRouter(prefix="/transfer", route_class=OfficialRoute)
 
@@ -59,13 +62,15 @@ async def transfer(
     db: Db,
     expires: Expires,
     signature: Signature,
-) -> FileResponse | dict[str, int]:
+) -> FileResponse | dict[str, object]:
     """One request the URL's signature allows; any other (method, object, purpose or a
     forged or expired link) is a 403 before anything is read or written."""
     _check(request, purpose=purpose, object_id=object_id, expires=expires, sig=signature)
     settings: Settings = request.app.state.settings
     if (purpose, request.method) == (UPLOAD, "PUT"):
         return await _receive_dataset(settings, object_id, request)
+    if (purpose, request.method) == (RUN_IMPORT, "PUT"):
+        return await receive_run_import(settings, object_id, request)
     if (purpose, request.method) == (DOWNLOAD, "GET"):
         return await run_in_threadpool(_dataset_file, settings, db, object_id)
     if (purpose, request.method) == (RUN_FILE, "GET"):
@@ -75,7 +80,9 @@ async def transfer(
     raise NotFound(f"no transfer of kind {purpose!r}")  # never signed: unreachable in practice
 
 
-async def _receive_dataset(settings: Settings, upload_id: str, request: Request) -> dict[str, int]:
+async def _receive_dataset(
+    settings: Settings, upload_id: str, request: Request
+) -> dict[str, object]:
     """Receive an announced dataset upload's bytes (exactly as many as announced)."""
     staged = staged_uploads.find(settings, upload_id)
 

@@ -1,5 +1,5 @@
 """What the official CLI may ask for and this server does not offer: training, models,
-benchmarks, rollouts, the hosted quickstart and the browser device login. Each answers 501
+benchmarks, rollouts and the hosted quickstart. Each answers 501
 `NOT_OFFERED` saying so, in the official error shape, rather than a bare 404.
 """
 
@@ -22,9 +22,6 @@ UNOFFERED = {
     "benchmark-runs": "benchmark runs are not offered by this server",
     "rollouts": "the rollout catalogue is not offered by this server",
     "quickstart": "the hosted quickstart is not offered by this server; see `osmosis init`",
-    "device": "browser (device) login is not offered by this server: create a token "
-    "(`osmosis auth token create` with our CLI, or the dashboard) and run "
-    "`osmosis auth login --token`, or set OSMOSIS_TOKEN",
 }
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
