@@ -539,6 +539,17 @@ def test_eval_submit_uses_a_stored_secret(submit_world):
     assert detail.summary.pass_rate == 0.75
 
 
+def test_eval_submit_sends_a_secret_from_the_environment_for_that_run_only(submit_world):
+    env = {**submit_world.cli.env, "RUN_ONLY_SECRET": "whisper"}
+    config = submit_world.config("envsecret", **{"required = []": 'required = ["RUN_ONLY_SECRET"]'})
+    done = submit_world.submit(config, env=env)  # never stored: the environment provides it
+    detail = submit_world.finished(done["resource"]["id"])
+    assert detail.resolved_secret_scopes == {"RUN_ONLY_SECRET": "run"}
+    assert detail.summary.pass_rate == 0.75
+    listed = submit_world.cli.json("secret", "list")["items"]
+    assert "RUN_ONLY_SECRET" not in [item["name"] for item in listed]  # used, not kept
+
+
 def test_a_missing_required_secret_is_refused_in_the_official_shape(submit_world):
     config = submit_world.config("missing", **{"required = []": 'required = ["MISSING_KEY"]'})
     done = submit_world.cli.run("--json", "eval", "submit", config, "--yes")
