@@ -17,6 +17,7 @@ def test_platform_public_names():
         "SettingsError",
         "create_app",
         "home_disk",
+        "local_row_texts",
         "local_view",
         "lock_holder",
         "migrate_database",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from osmosis.platform.operations import (
         LocalView,
         home_disk,
+        local_row_texts,
         local_view,
         lock_holder,
         migrate_database,
@@ -51,6 +52,7 @@ __all__ = [
     "SettingsError",
     "create_app",
     "home_disk",
+    "local_row_texts",
     "local_view",
     "lock_holder",
     "migrate_database",
@@ -74,6 +76,7 @@ _HOMES = {
     "SettingsError": "osmosis.platform.core.settings",
     "create_app": "osmosis.platform.app",
     "home_disk": "osmosis.platform.operations",
+    "local_row_texts": "osmosis.platform.operations",
     "local_view": "osmosis.platform.operations",
     "lock_holder": "osmosis.platform.operations",
     "migrate_database": "osmosis.platform.operations",

@@ -5,6 +5,7 @@
     platform_status(settings)     # {"database": {...}, "processes": [...]} from the database
     migrate_database(settings)    # (revision found, revision now)
     local_view(root, host="127.0.0.1").app   # the dashboard over local run directories
+    local_row_texts(run_dir, 1.0)  # {row: (input, expected, {run: output})}, for reports
 
 `status` shows every live process of the platform (whatever machine it runs on) and the runs
 each worker holds, read from the database the settings name; a database that cannot be read
@@ -207,3 +208,35 @@ def local_view(root: Path, *, host: str) -> LocalView:
     app = create_view_app(root, allowed_hosts=allowed)
     runs = LocalSource(root)
     return LocalView(app=app, run_count=runs.run_count(), single=runs.single)
+
+
+RowTexts = tuple[str | None, str | None, dict[int, str | None]]
+"""A row's input, its expected answer (the dataset's label) and each attempt's final output by
+run index; None where nothing was recorded."""
+
+
+def local_row_texts(run_dir: Path, pass_threshold: float) -> dict[int, RowTexts]:
+    """Each row's texts in a local run directory, as the viewer's samples pages read them: the
+    input and label from the dataset file the run recorded (while its SHA-256 is the run's),
+    else the trajectory's first user message; the outputs from the trajectories (`eval run
+    --report/--junit`)."""
+    from osmosis.platform.web.samples_index import DatasetFile, SampleIndex
+
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    index = SampleIndex(
+        run_dir,
+        pass_threshold=pass_threshold,
+        dataset=DatasetFile.of_local_run(manifest if isinstance(manifest, dict) else {}),
+    )
+    index.refresh()
+    outputs: dict[int, dict[int, str | None]] = defaultdict(dict)
+    given: dict[int, tuple[str | None, str | None]] = {}
+    for sample in index.with_texts(list(index.samples)):
+        outputs[sample.row_index][sample.run_index] = sample.output
+        if sample.row_index not in given:
+            row = index.input_of(sample)
+            given[sample.row_index] = (row.user, row.label) if row else (None, None)
+    return {row: (*given[row], outputs[row]) for row in given}

@@ -136,35 +136,12 @@ class RowText:
 
 
 def row_texts(run_dir: Path, pass_threshold: float) -> dict[int, RowText]:
-    """Each row's texts from a local run directory: the input and label from the dataset file
-    the run recorded (while its SHA-256 is the run's), else the trajectory's first user
-    message; the outputs from the trajectories."""
-    import json
+    """Each row's texts from a local run directory, as the viewer reads them."""
+    from osmosis.platform import local_row_texts
 
-    from osmosis.platform.web.samples_index import DatasetFile, SampleIndex
-
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        manifest = {}
-    index = SampleIndex(
-        run_dir,
-        pass_threshold=pass_threshold,
-        dataset=DatasetFile.of_local_run(manifest if isinstance(manifest, dict) else {}),
-    )
-    index.refresh()
-    outputs: dict[int, dict[int, str | None]] = {}
-    given: dict[int, RowText] = {}
-    for sample in index.with_texts(list(index.samples)):
-        outputs.setdefault(sample.row_index, {})[sample.run_index] = sample.output
-        if sample.row_index not in given:
-            row = index.input_of(sample)
-            given[sample.row_index] = RowText(
-                input=row.user if row else None, expected=row.label if row else None
-            )
     return {
-        row: RowText(input=text.input, expected=text.expected, outputs=outputs[row])
-        for row, text in given.items()
+        row: RowText(input=given, expected=expected, outputs=outputs)
+        for row, (given, expected, outputs) in local_row_texts(run_dir, pass_threshold).items()
     }
 
 
