@@ -26,6 +26,9 @@ def fake_model(
         1.0, "--retry-after", help="Seconds advertised in Retry-After on 429/503."
     ),
     model: str = typer.Option("fake-model", "--model", help="Model id listed by GET /v1/models."),
+    rate_limit: float = typer.Option(
+        0.0, "--rate-limit", help="Most chat requests accepted per second; above it 429 (0: none)."
+    ),
     judge: bool = typer.Option(
         False,
         "--judge",
@@ -77,6 +80,7 @@ def fake_model(
             retry_after=retry_after,
             model=model,
             script=script,
+            rate_limit=rate_limit,
         )
     except ValueError as error:
         raise CLIError(str(error), code="VALIDATION") from None

@@ -17,7 +17,9 @@ Honesty rules (issue 11):
 - A provider outage (declared by the bridge) pauses dispatch; attempts whose model call was
   stuck are cancelled and re-run **from the start** once the provider answers again (their
   agent deadline is not paused: a fresh attempt gets a fresh deadline). A failed attempt
-  whose model call is still outstanding waits for the bridge's verdict before it counts.
+  whose model call is still outstanding waits for the bridge's verdict before it counts; one
+  whose provider answered nobody since that call was sent (a stall shorter than the bridge's
+  stall window) goes back to pending (`bridge.stalled`).
   Past `outage_wait_sec` the run halts, resumable.
 - Every dispatched task is awaited and its result read; an unexpected exception halts the
   run naming the attempt. The outcome's counts come from those results.
@@ -113,6 +115,10 @@ class PolicyBridge(Protocol):
     def forget(self, rollout_id: str) -> None: ...
 
     def stuck_rollouts(self) -> set[str]: ...
+
+    async def stalled(self, rollout_id: str) -> bool:
+        """Whether its outstanding call waits on a provider that answered nobody since."""
+        ...
 
     async def wait_recovered(self, timeout: float) -> bool: ...  # noqa: ASYNC109 - §2
 
@@ -556,6 +562,10 @@ class Engine:
     async def _system_fault(self, rollout_id: str) -> str | None:
         """Why a failed result is the provider's fault rather than the rollout's, if it is."""
         if rollout_id in self.bridge.stuck_rollouts():
+            if await self.bridge.stalled(rollout_id):
+                # The provider answered nobody since this call was sent: a stall shorter than
+                # the stall window, not this attempt's timeout.
+                return "model provider stalled: no call answered before the attempt's deadline"
             # Failed while its model call is still outstanding (an agent deadline shorter than
             # the bridge's stall window): wait until the call is answered or an outage is
             # declared, whichever comes first.

@@ -42,6 +42,8 @@ class Stats:
     """Chat completions answered with tool calls."""
     errors: int = 0
     """Chat completions answered with an error status (injected, scripted or a bad request)."""
+    rate_limited: int = 0
+    """Chat completions answered 429 because they came above `rate_limit` (among `errors`)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -54,7 +56,7 @@ class _Counters:
 
     def __init__(self) -> None:
         self.requests = self.chat_completions = self.streams = self.tool_calls = 0
-        self.errors = self.prompt_tokens = self.completion_tokens = 0
+        self.errors = self.prompt_tokens = self.completion_tokens = self.rate_limited = 0
 
     def snapshot(self) -> Stats:
         return Stats(**vars(self))
@@ -76,6 +78,7 @@ class FakeModelApp:
         self.history: deque[ChatRequest] = deque(maxlen=HISTORY_SIZE)
         self._counters = _Counters()
         self._created = int(time.time())
+        self._accepted: deque[float] = deque()  # when the last second's calls were accepted
 
     def stats(self) -> Stats:
         return self._counters.snapshot()
@@ -83,6 +86,7 @@ class FakeModelApp:
     def reset(self) -> None:
         """Zero the counters, clear the history and restart the injected-error sequence."""
         self._counters = _Counters()
+        self._accepted.clear()
         self.history.clear()
         self.model.faults.reset()
 
@@ -104,6 +108,21 @@ class FakeModelApp:
             return _json(200, _wire.model_list(self.model.options.model, self._created))
         return _error(404, f"no route for {request.method} {request.path}")
 
+    def _over_rate(self) -> bool:
+        """Whether a call now would exceed `rate_limit` calls in the last second (else it
+        counts as accepted)."""
+        limit = self.model.options.rate_limit
+        if limit <= 0:
+            return False
+        now = time.monotonic()
+        accepted = self._accepted
+        while accepted and accepted[0] <= now - 1.0:
+            accepted.popleft()
+        if len(accepted) >= limit:
+            return True
+        accepted.append(now)
+        return False
+
     async def _chat(self, http: Request) -> Response | StreamResponse:
         counters = self._counters
         counters.chat_completions += 1
@@ -118,6 +137,12 @@ class FakeModelApp:
 
         request = ChatRequest(body, http.path, http.headers)
         self.history.append(request)
+        if self._over_rate():
+            counters.errors += 1
+            counters.rate_limited += 1
+            limit = self.model.options.rate_limit
+            headers = _wire.fail_headers(Fail(429), self.model.options.retry_after)
+            return _error(429, f"rate limit reached: {limit:g} requests per second", headers)
         decision = self.model.answer(request)
         delay = self.model.options.latency + decision.delay
         if delay > 0:

@@ -37,11 +37,14 @@ class ModelOptions:
     error_status: int = 429
     retry_after: float = 1.0
     model: str = "fake-model"
+    rate_limit: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
         if self.latency < 0:
             problems.append(f"latency must be >= 0, got {self.latency}")
+        if self.rate_limit < 0:
+            problems.append(f"rate_limit must be >= 0 calls per second, got {self.rate_limit}")
         if self.retry_after < 0:
             problems.append(f"retry_after must be >= 0, got {self.retry_after}")
         for name in ("wrong_rate", "error_rate"):

@@ -42,6 +42,8 @@ class FakeModelServer:
         error_rate, error_status: the share of chat requests answered with this error;
             decided per (seed, conversation, attempt), so retries usually succeed.
         retry_after: seconds advertised in Retry-After on 429 and 503 answers.
+        rate_limit: the most chat completions accepted in any one second (a provider's rate
+            limit); those above it are answered 429 at once, with `retry_after`. 0: no limit.
         model: the model id `GET /v1/models` lists (responses echo the request's model).
         script: rules, or a `{substring: answer}` mapping, that answer before the built-ins.
 
@@ -62,6 +64,7 @@ class FakeModelServer:
         retry_after: float = 1.0,
         model: str = "fake-model",
         script: ScriptLike = (),
+        rate_limit: float = 0.0,
     ) -> None:
         self.options = ModelOptions(
             latency=latency,
@@ -71,6 +74,7 @@ class FakeModelServer:
             error_status=error_status,
             retry_after=retry_after,
             model=model,
+            rate_limit=rate_limit,
         )
         self.host = host
         self._requested_port = port

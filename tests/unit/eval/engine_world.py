@@ -86,6 +86,9 @@ class MemoryBridge:
     def stuck_rollouts(self) -> set[str]:
         return set(self.stuck)
 
+    async def stalled(self, rollout_id: str) -> bool:
+        return False  # outages are declared explicitly here (declare_outage)
+
     async def wait_recovered(self, timeout: float) -> bool:  # noqa: ASYNC109 - the interface
         try:
             await asyncio.wait_for(self._cleared.wait(), timeout)

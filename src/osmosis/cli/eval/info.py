@@ -298,6 +298,7 @@ def info_command(
             or "-",
             # How many rollout servers served it (metrics.json, once the engine wrote it).
             "Replicas": ((detail.metrics or {}).get("eval_run") or {}).get("replicas"),
+            "Model Traffic": _traffic(((detail.metrics or {}).get("eval_run") or {}).get("bridge")),
         },
         title="Configuration",
     )
@@ -333,6 +334,15 @@ def _shown_rows(rows: list[int]) -> str | None:
         return None
     more = f" … and {len(rows) - 20} more" if len(rows) > 20 else ""
     return ", ".join(map(str, rows[:20])) + more + " (attempts disagree within the run)"
+
+
+def _traffic(bridge: object) -> str | None:
+    """`429s 12 · limit 10 in flight` from metrics.json's `eval_run.bridge`; None before."""
+    if not isinstance(bridge, dict) or "throttled_calls" not in bridge:
+        return None
+    limit = bridge.get("adaptive_limit")
+    shown = f" · limit {limit} in flight" if limit is not None else ""
+    return f"429s {bridge['throttled_calls']:,}{shown}"
 
 
 def _show_local_info(out: Any, run: LocalRun) -> None:
@@ -392,6 +402,7 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
             "Duration": f"{duration / 1000:.1f}s" if isinstance(duration, int | float) else None,
             "Pass Rate": None if results["pass_rate"] is None else f"{results['pass_rate']:.1%}",
             "Tokens Used": f"{results['tokens_used']:,}",
+            "Model Traffic": _traffic(info.get("bridge")),
             "Flaky Rows": _shown_rows(results["flaky_rows"]),
             "Started": info.get("started_at") or run.manifest.get("created_at"),
             "Completed": info.get("completed_at"),

@@ -113,9 +113,11 @@ class EvalProgress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         pass_rate = self.passed / self.scored if self.scored else 0.0
         outcomes = describe_outcomes(self.outcomes, sep=" · ")
+        from osmosis.eval.model.bridge_limits import traffic  # imported by the run already
+
         return (
             f"pass {pass_rate:.0%} · {outcomes} · tokens {self.tokens:,} · "
-            f"{self._session_done / elapsed:.1f}/s"
+            f"{self._session_done / elapsed:.1f}/s{traffic()}"
         )
 
     def close(self) -> None:

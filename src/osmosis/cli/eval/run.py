@@ -516,6 +516,8 @@ def _show_report(
         "halted": report.halted,
         "duration_ms": report.duration_ms,
         "metrics": metrics,
+        # What the model bridge saw: 429s (`throttled_calls`), its `adaptive_limit`, spend.
+        "bridge": report.bridge,
         "failed_rows": report.failed_rows,
         **(extra or {}),
     }

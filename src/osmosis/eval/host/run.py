@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from osmosis.eval.engine import DEFAULT_OUTAGE_WAIT_SEC, Engine, EngineOutcome, EngineSettings
 from osmosis.eval.errors import HostError
+from osmosis.eval.host import tracing
 from osmosis.eval.host.attempt_keys import KeyedSite
+from osmosis.eval.host.observe import (
+    BridgeHooks,
+    ObservedSink,
+    ObservedSite,
+    Observers,
+    RunObserver,
+    observed_bridge,
+)
 from osmosis.eval.host.plan import RunOptions, RunPlan
 from osmosis.eval.host.run_dir import RunDirectory, Slots, redact_record
 from osmosis.eval.inputs.dataset import read_rows
@@ -86,7 +95,8 @@ class RunReport:
     """What the model bridge refused or answered late, over every invocation of the run
     (metrics.json `eval_run.bridge`): `refused_calls`, `late_calls`, `late_tokens`,
     `late_cost_usd`; and what every call that reached the provider spent, which the run's
-    budget counts: `spent_calls`, `spent_tokens`, `spent_cost_usd`."""
+    budget counts: `spent_calls`, `spent_tokens`, `spent_cost_usd`; the provider's 429 and
+    overload answers, `throttled_calls`, and the bridge's `adaptive_limit` at the end."""
 
 
 class RunFailed(HostError):
@@ -94,7 +104,11 @@ class RunFailed(HostError):
 
 
 async def run_evaluation(
-    plan: RunPlan, reporter: Reporter, *, site: SiteSpec | None = None
+    plan: RunPlan,
+    reporter: Reporter,
+    *,
+    site: SiteSpec | None = None,
+    observer: RunObserver | None = None,
 ) -> RunReport:
     """Run (or resume) the planned evaluation to completion or to a halt.
 
@@ -104,8 +118,12 @@ async def run_evaluation(
 
         report = await run_evaluation(plan, reporter, site=SandboxSiteSpec())
         report.status  # 'finished'
+
+    `observer`: told what the run does (`osmosis.eval.host.observe`: the platform worker's
+    metrics); with OTEL_EXPORTER_OTLP_ENDPOINT set, the run's spans are told too (`tracing`).
     """
     spec = default_site(plan.options) if site is None else site
+    observer = Observers.of(observer, tracing.from_env())
     started = time.monotonic()
     bridge_token = secrets.token_hex(16)  # made here so the redactor knows it from the start
     redactor = _redactor(plan, bridge_token)
@@ -154,6 +172,12 @@ async def run_evaluation(
             resumed=plan.total_work_items - pending,
             bridge=earlier_bridge,
         )
+        if observer is not None:
+            observer.run_started(
+                run_id=plan.name,
+                local_run_id=report.local_run_id,
+                pass_threshold=plan.config.evaluation.pass_threshold,
+            )
         reporter.stage(f"{plan.name}: {pending} of {plan.total_work_items} work items pending")
         run.log(f"run {plan.name}: {pending} of {plan.total_work_items} work items pending")
         if pending == 0:
@@ -161,7 +185,7 @@ async def run_evaluation(
         else:
             try:
                 outcome = await _dispatch(
-                    plan, run, redactor, reporter, pending, bridge_token, spec, report
+                    plan, run, redactor, reporter, pending, bridge_token, spec, report, observer
                 )
             except asyncio.CancelledError:
                 # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
@@ -169,12 +193,20 @@ async def run_evaluation(
                 report.duration_ms = active_ms()
                 _finish(plan, run, report)
                 run.log("interrupted; run again with the same --name to resume")
+                if observer is not None:
+                    observer.run_ended(status="interrupted", halted=None)
+                raise
+            except BaseException:
+                if observer is not None:
+                    observer.run_ended(status="failed", halted=None)
                 raise
             report.dispatched = outcome.dispatched
             report.halted = outcome.halted
             report.interrupted = outcome.interrupted
         report.duration_ms = active_ms()
         _finish(plan, run, report)
+        if observer is not None:
+            observer.run_ended(status=report.status, halted=report.halted)
     return report
 
 
@@ -187,6 +219,7 @@ async def _dispatch(
     bridge_token: str,
     spec: SiteSpec,
     report: RunReport,
+    observer: RunObserver | None = None,
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
     from osmosis.eval.sites.environment import prepare_environment_async
@@ -223,7 +256,7 @@ async def _dispatch(
     replicas = plan.options.replicas
     async with contextlib.AsyncExitStack() as stack:
         bridge = await stack.enter_async_context(
-            _policy(plan, redactor, log, bridge_token, _earlier_spend(report.bridge))
+            _policy(plan, redactor, log, bridge_token, _earlier_spend(report.bridge), observer)
         )
         servers = (
             "one rollout server per Ray node"
@@ -264,11 +297,12 @@ async def _dispatch(
             pass_threshold=evaluation.pass_threshold,
         )
         recorder = bridge.recorder
+        # Each admitted rollout tells the call record its attempt (row, run index).
+        keyed = KeyedSite(site, recorder.assign) if recorder is not None else site
         engine = Engine(
-            # Each admitted rollout tells the call record its attempt (row, run index).
-            site=KeyedSite(site, recorder.assign) if recorder is not None else site,
-            bridge=bridge,
-            sink=run,
+            site=keyed if observer is None else ObservedSite(keyed, observer),
+            bridge=bridge if observer is None else observed_bridge(bridge, observer),
+            sink=run if observer is None else ObservedSink(run, observer),
             settings=EngineSettings(
                 concurrency=concurrency,
                 agent_timeout_sec=evaluation.agent_workflow_timeout_s,
@@ -307,7 +341,12 @@ async def _halt_on_budget(bridge: ModelBridge, engine: Engine) -> None:
 
 @contextlib.asynccontextmanager
 async def _policy(
-    plan: RunPlan, redactor: Redactor, log: Callable[[str], None], token: str, spent: Spend
+    plan: RunPlan,
+    redactor: Redactor,
+    log: Callable[[str], None],
+    token: str,
+    spent: Spend,
+    observer: RunObserver | None = None,
 ) -> AsyncIterator[Any]:
     """The bridge to the run's model (starting the local model first when asked), checked by
     a pre-flight probe before anything is dispatched."""
@@ -385,7 +424,10 @@ async def _policy(
             spent_before=spent,
             price=price,
             recorder=recorder,
+            max_in_flight=plan.options.max_in_flight or evaluation.batch_size,
         )
+        if observer is not None:
+            bridge.observer = BridgeHooks(observer)  # before start: it wraps the transport
         try:
             await bridge.start(host=plan.options.bridge_host)
         except OSError as error:
@@ -437,6 +479,14 @@ def _note_bridge(bridge: ModelBridge, run: RunDirectory, report: RunReport) -> N
     for name, value in (("spent_calls", spent.calls), ("spent_tokens", spent.tokens)):
         totals[name] = int(totals.get(name, 0)) + value
     totals["spent_cost_usd"] = float(totals.get("spent_cost_usd") or 0.0) + spent.cost_usd
+    # 429 / overloaded answers, and the adaptive limit on calls in flight as the run ended.
+    totals["throttled_calls"] = int(totals.get("throttled_calls", 0)) + stats.throttled_calls
+    totals["adaptive_limit"] = stats.limit
+    if stats.throttled_calls:
+        run.log(
+            f"model bridge: the provider answered {stats.throttled_calls} calls 429 or "
+            f"overloaded (retried); adaptive limit {stats.limit} calls in flight"
+        )
     if stats.refused_calls:
         run.log(
             f"model bridge: refused {stats.refused_calls} calls under rollout ids this run did "

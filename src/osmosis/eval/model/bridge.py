@@ -47,6 +47,12 @@ the first success; a stuck call that finally succeeds does not clear it, because
 call says little about a provider that just stopped for a minute. `clear_outage()` is the
 engine's override.
 
+Adaptive concurrency (`osmosis.eval.model.bridge_limits`): every provider attempt takes a slot
+from the process's AIMD limit for its provider key (429s cut it, answers grow it, up to
+`max_in_flight`), shared with every other bridge of the process on that key. Honest stalls:
+`stalled(rollout_id)` tells the engine that an attempt past its deadline waited on a provider
+that answered nobody meanwhile, so it goes back to pending instead of failing `timeout`.
+
 Budgets (`osmosis.eval.model.bridge_budget`): with a `Budget`, each call is checked before
 it is forwarded against what the run spent (`spent()` plus `spent_before`); once a limit is
 reached the call is held unanswered, `budget_exhausted` is set (`budget_reason` says which
@@ -78,21 +84,47 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any
 
 import pydantic_core
 
 from osmosis.eval.model.bridge_budget import Budget, BudgetGuard, Spend
-from osmosis.eval.model.bridge_calls import CallLog, CallRecord, Usage
+from osmosis.eval.model.bridge_calls import (
+    BridgeStats,
+    CallLog,
+    CallRecord,
+    Outcome,
+    Usage,
+    spent_payload,
+)
 from osmosis.eval.model.bridge_http import AsgiServer, Refusal
+from osmosis.eval.model.bridge_limits import OVERLOAD_STATUSES, limit_key, shared_limit
+from osmosis.eval.model.bridge_observer import BridgeObserver
 from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
-from osmosis.eval.model.bridge_record import CACHE_MISS, AttemptKey, CallRecorder
+from osmosis.eval.model.bridge_record import CACHE_MISS, CallRecorder
 from osmosis.eval.model.bridge_rules import RequestRejected, inference_params
-from osmosis.eval.model.bridge_wire import HEARTBEAT, error_body, sse_error, sse_stream
+from osmosis.eval.model.bridge_wire import (
+    HEARTBEAT,
+    JSON_HEADERS,
+    ROUTE_PREFIX,
+    ROUTE_SUFFIX,
+    Receive,
+    Send,
+    advertised_root,
+    declared_length,
+    openai_error,
+    read_body,
+    refuse,
+    rollout_of,
+    send_bytes,
+    send_error,
+    shown_host,
+    sse_error,
+    sse_stream,
+    too_large,
+)
 from osmosis.eval.model.pricing import Price, price_for
 from osmosis.eval.model.providers import (
     Completion,
@@ -125,12 +157,6 @@ current model's output limit, so only an operator's lower cap refuses honest cal
 logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-_PREFIX = "/v1/rollouts/"
-_SUFFIX = "/chat/completions"
 _NOT_DISPATCHED = "rollout_not_dispatched"
 _REDACTED = "[REDACTED]"
 _GRACEFUL_STOP = 3
@@ -138,45 +164,11 @@ _UNAVAILABLE = "provider_unavailable"
 _BUDGET_EXHAUSTED = "budget_exhausted"
 _PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
-_JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-@dataclass(frozen=True)
-class BridgeStats:
-    """What the bridge turned away or could not give to an attempt, since it started.
-
-    stats = bridge.stats()
-    stats.refused_calls  # calls under a rollout id not dispatched, or finished: 403
-    """
-
-    refused_calls: int = 0
-    """Calls refused (403) because their rollout id was not dispatched or had finished."""
-    late_calls: int = 0
-    """Calls the provider answered after their attempt was closed (not in any record)."""
-    late_tokens: int = 0
-    """The provider's tokens for those late calls."""
-    late_cost_usd: float | None = None
-    """Their cost; None when none had a known price."""
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """What the provider side produced for one request."""
-
-    status: int
-    completion: Completion | None = None
-    error: str | None = None
-    code: str | None = None
-    attempts: int = 0
-    released: bool = False
-    """The engine forgot the rollout while this call waited: nothing is recorded."""
-    replayed: bool = False
-    """Answered from the run's record of calls: no provider call, no tokens spent."""
 
 
 class ModelBridge:
@@ -206,6 +198,8 @@ class ModelBridge:
         price: the run's model price, instead of LiteLLM's table (a model it does not list).
         recorder: the run's record of calls (`bridge_record`): every answer is appended to it,
             and in `use` / `replay` mode calls are answered from it. None: nothing recorded.
+        max_in_flight: the run's bound on the adaptive limit (`bridge_limits`) of calls in flight.
+        adaptive: False: no adaptive limit, only the caller's own concurrency.
 
         bridge = ModelBridge(target=target, retry=RetryPolicy(max_attempts=4))
         await bridge.start()
@@ -229,6 +223,8 @@ class ModelBridge:
         spent_before: Spend = Spend(),  # noqa: B008 - frozen, like retry
         price: Price | None = None,
         recorder: CallRecorder | None = None,
+        max_in_flight: int | None = None,
+        adaptive: bool = True,
     ) -> None:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -243,7 +239,7 @@ class ModelBridge:
         self.retry = retry
         self.heartbeat = heartbeat
         self.advertise_url = advertise_url
-        self._advertised = _advertised_root(advertise_url) if advertise_url else None
+        self._advertised = advertised_root(advertise_url) if advertise_url else None
         self._watch = ProviderWatch(outage_policy, self._probe, scrub=self.scrub)
         self.outage = self._watch.outage
         """Set while the provider is declared down; see the module doc."""
@@ -255,7 +251,7 @@ class ModelBridge:
         self._server: AsgiServer | None = None
         self._base_url: str | None = None
         self._bound_url: str | None = None
-        self._pending: set[asyncio.Task[_Outcome]] = set()
+        self._pending: set[asyncio.Task[Outcome]] = set()
         self._open: set[str] = set()  # rollout ids dispatched and not finished: served
         self._refused = 0
         self._price = price
@@ -265,6 +261,9 @@ class ModelBridge:
         self._forwarded = 0  # calls admitted past the budget to the provider
         self.recorder = recorder
         """The run's record of calls; None: calls are neither recorded nor replayed."""
+        self.observer: BridgeObserver | None = None  # metrics, traces (bridge_observer)
+        self._limit = shared_limit(limit_key(target), ceiling=max_in_flight) if adaptive else None
+        self._throttled = 0  # this bridge's calls answered 429 / overloaded
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
@@ -281,6 +280,8 @@ class ModelBridge:
         self._log.price = self._price or await asyncio.to_thread(price_for, self.target.model_path)
         self._budget.admit(self.spent())  # a resumed run may have spent its budget already
         self._transport = await asyncio.to_thread(open_transport, self.target)
+        if self.observer is not None:
+            self._transport = self.observer.wrap_transport(self._transport)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -297,7 +298,7 @@ class ModelBridge:
             keep_alive_sec=75.0,
             graceful_sec=_GRACEFUL_STOP,
             max_body=self.max_request_bytes,
-            error_body=_openai_error,
+            error_body=openai_error,
             screen=self._screen,
         )
         try:
@@ -309,16 +310,16 @@ class ModelBridge:
             raise
         self._server = server
         bound_host, bound_port = sock.getsockname()[:2]
-        self._bound_url = f"http://{_shown(bound_host)}:{bound_port}"
+        self._bound_url = f"http://{shown_host(bound_host)}:{bound_port}"
         if self._advertised is not None:
             scheme, advertised_host, advertised_port, path = self._advertised
             shown_port = advertised_port if advertised_port is not None else bound_port
-            root = f"{scheme}://{_shown(advertised_host)}:{shown_port}{path}"
+            root = f"{scheme}://{shown_host(advertised_host)}:{shown_port}{path}"
         else:
             # A wildcard address is where to listen, not where to connect: local rollouts
             # reach a wildcard bind through loopback.
             local = _WILDCARDS.get(bound_host, bound_host)
-            root = f"http://{_shown(local)}:{bound_port}"
+            root = f"http://{shown_host(local)}:{bound_port}"
         self._base_url = f"{root}/v1"
         if not is_loopback_url(self._bound_url):
             logger.warning(
@@ -406,6 +407,8 @@ class ModelBridge:
             late_calls=late.calls,
             late_tokens=late.total_tokens,
             late_cost_usd=late.cost_usd,
+            throttled_calls=self._throttled,
+            limit=self._limit.limit if self._limit is not None else None,
         )
 
     # -- accounting --------------------------------------------------------------------------
@@ -471,6 +474,11 @@ class ModelBridge:
         """
         return await self._watch.wait_recovered(timeout)
 
+    async def stalled(self, rollout_id: str) -> bool:
+        """Whether `rollout_id`'s outstanding call waits on a provider that stopped answering
+        everyone (`ProviderWatch.stalled`): its attempt goes back to pending, not `timeout`."""
+        return await self._watch.stalled(rollout_id)
+
     def clear_outage(self) -> None:
         """End a declared outage now, without waiting for a probe (the engine's override)."""
         self._watch.clear()
@@ -503,22 +511,32 @@ class ModelBridge:
             {"model": self.target.model, "messages": _PROBE_MESSAGES, "max_tokens": 1}
         )
 
-    async def _call_provider(self, rollout_id: str, request: Mapping[str, Any]) -> _Outcome:
+    async def _call_provider(self, rollout_id: str, request: Mapping[str, Any]) -> Outcome:
         transport = self._transport
         if transport is None:
-            return _Outcome(503, error="the model bridge is stopping", code="bridge_stopping")
+            return Outcome(503, error="the model bridge is stopping", code="bridge_stopping")
         watch = self._watch
         if watch.outage.is_set():
             # Fail fast: the engine requeues the attempt, and no call piles onto a provider
             # that is down.
-            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE)
+            return Outcome(503, error=self._unavailable(), code=_UNAVAILABLE)
         call = watch.enter(rollout_id)
         attempts = 0
+        limit = self._limit
+
+        def send() -> Awaitable[Completion]:
+            return watch.through(call, transport.complete(request))
 
         async def attempt() -> Completion:
             nonlocal attempts
             attempts += 1
-            return await watch.through(call, transport.complete(request))
+            try:
+                if limit is None:
+                    return await send()
+                return await limit.call(send, owner=self)
+            except ProviderError as error:
+                self._throttled += error.status in OVERLOAD_STATUSES
+                raise
 
         try:
             completion = await call_with_retries(
@@ -529,27 +547,27 @@ class ModelBridge:
             # (the bridge stopping) goes on.
             if call.released and call.task is not None and call.task.uncancel() == 0:
                 message = "the run gave this rollout up while the model provider was unavailable"
-                return _Outcome(
+                return Outcome(
                     503, error=message, code=_UNAVAILABLE, attempts=attempts, released=True
                 )
             raise
         except OutageDeclared:
-            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
+            return Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
         except RetriesExhausted as exhausted:
             watch.declare(f"the model provider is unavailable: {exhausted}")
-            return _Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
+            return Outcome(503, error=self._unavailable(), code=_UNAVAILABLE, attempts=attempts)
         except ProviderError as error:
             status = error.status if error.status is not None and error.status >= 400 else 502
-            return _Outcome(
+            return Outcome(
                 status, error=self.scrub(error.message), code=error.code, attempts=attempts
             )
         except Exception as error:  # a fault of ours, not the provider's: say so, keep serving
             logger.exception("model bridge: unexpected error calling the provider")
             message = self.scrub(f"internal bridge error: {type(error).__name__}: {error}")
-            return _Outcome(500, error=message, code="bridge_error", attempts=attempts)
+            return Outcome(500, error=message, code="bridge_error", attempts=attempts)
         finally:
             watch.leave(call)
-        return _Outcome(200, completion=completion, attempts=attempts)
+        return Outcome(200, completion=completion, attempts=attempts)
 
     def _unavailable(self) -> str:
         return self._watch.reason or "the model provider is unavailable"
@@ -561,19 +579,21 @@ class ModelBridge:
         began: float,
         messages: list[Any],
         params: Mapping[str, Any],
-        outcome: _Outcome,
+        outcome: Outcome,
     ) -> None:
-        self._log.record(
+        call = self._log.record(
             rollout_id=rollout_id,
             started_at=started_at,
             latency_ms=(time.perf_counter() - began) * 1000,
             messages=messages,
             params=params,
             status=outcome.status,
-            completion=_spent_payload(outcome),
+            completion=spent_payload(outcome),
             error=outcome.error,
             attempts=outcome.attempts,
         )
+        if self.observer is not None:
+            self.observer.model_call(call)
 
     async def _serve_call(
         self,
@@ -582,7 +602,7 @@ class ModelBridge:
         began: float,
         messages: list[Any],
         params: dict[str, Any],
-    ) -> _Outcome:
+    ) -> Outcome:
         # The run's model, whatever the client named: the bridge pins it.
         request = {**params, "model": self.target.model, "messages": messages}
         recorder = self.recorder
@@ -601,7 +621,7 @@ class ModelBridge:
         messages: list[Any],
         params: dict[str, Any],
         request: dict[str, Any],
-    ) -> _Outcome:
+    ) -> Outcome:
         """A call with the run's record: answered from it when the cache mode says so,
         else forwarded; what the provider answers is appended to it."""
         key = recorder.next_key(rollout_id)
@@ -609,9 +629,9 @@ class ModelBridge:
         if recorder.mode != "off":
             answer = recorder.lookup(key, digest)
             if isinstance(answer, dict):
-                outcome = _Outcome(200, completion=Completion(answer), replayed=True)
+                outcome = Outcome(200, completion=Completion(answer), replayed=True)
                 if key is not None:
-                    self._write_record(recorder, key, normalised, digest, answer, "record")
+                    recorder.keep(key, normalised, digest, answer, source="record")
                 self._record(rollout_id, started_at, began, messages, params, outcome)
                 return outcome
             if recorder.mode == "replay":
@@ -619,29 +639,13 @@ class ModelBridge:
                     f"{CACHE_MISS}: {answer.reason}; the run replays model answers from its "
                     "record only, and the provider was not called"
                 )
-                outcome = _Outcome(404, error=message, code=CACHE_MISS)
+                outcome = Outcome(404, error=message, code=CACHE_MISS)
                 self._record(rollout_id, started_at, began, messages, params, outcome)
                 return outcome
         outcome = await self._forward(rollout_id, started_at, began, messages, params, request)
         if key is not None and outcome.completion is not None and not outcome.released:
-            self._write_record(
-                recorder, key, normalised, digest, outcome.completion.payload, "provider"
-            )
+            recorder.keep(key, normalised, digest, outcome.completion.payload, source="provider")
         return outcome
-
-    def _write_record(
-        self,
-        recorder: CallRecorder,
-        key: AttemptKey,
-        normalised: dict[str, Any],
-        digest: str,
-        payload: dict[str, Any],
-        source: Literal["provider", "record"],
-    ) -> None:
-        try:
-            recorder.write(key, normalised, digest, payload, source=source)
-        except OSError as error:  # a full disk loses the record, not the call
-            logger.warning("model bridge: cannot append to the call record: %s", error)
 
     async def _forward(
         self,
@@ -651,14 +655,14 @@ class ModelBridge:
         messages: list[Any],
         params: dict[str, Any],
         request: dict[str, Any],
-    ) -> _Outcome:
+    ) -> Outcome:
         """Forward one call to the provider (past the budget) and record it for its attempt."""
         if not self._budget.admit(self.spent()):
             # Held, not answered: an answer the rollout could fail on would record its attempt
             # failed. The run halts on `budget_exhausted`; `forget` lets the call go.
             await self._budget.hold(rollout_id)
             reason = self._budget.reason or "the run's budget is spent"
-            return _Outcome(503, error=reason, code=_BUDGET_EXHAUSTED, released=True)
+            return Outcome(503, error=reason, code=_BUDGET_EXHAUSTED, released=True)
         self._forwarded += 1
         outcome = await self._call_provider(rollout_id, request)
         if outcome.attempts == 0:
@@ -678,13 +682,13 @@ class ModelBridge:
     def _screen(self, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
         """What is refused from a request's head alone, before its body is read (the server
         drops a refused body as it arrives)."""
-        rollout_id = _rollout_id(path)
+        rollout_id = rollout_of(path)
         if rollout_id is None:
-            return _refusal(404, f"no route for {path}; POST {_PREFIX}{{id}}{_SUFFIX}")
+            return refuse(404, f"no route for {path}; POST {ROUTE_PREFIX}{{id}}{ROUTE_SUFFIX}")
         if method != "POST":
-            return _refusal(405, f"use POST {path}")
+            return refuse(405, f"use POST {path}")
         if not self._authorized(headers):
-            return _refusal(
+            return refuse(
                 401,
                 "missing or invalid bearer token for the evaluation bridge",
                 code="invalid_api_key",
@@ -692,13 +696,13 @@ class ModelBridge:
             )
         if rollout_id not in self._open:
             return self._not_dispatched(rollout_id)
-        if _declared_length(headers) > self.max_request_bytes:
-            return _refusal(413, _too_large(self.max_request_bytes))
+        if declared_length(headers) > self.max_request_bytes:
+            return refuse(413, too_large(self.max_request_bytes))
         return None
 
     def _not_dispatched(self, rollout_id: str) -> Refusal:
         self._refused += 1
-        return _refusal(
+        return refuse(
             403,
             f"rollout {rollout_id} is not one this run dispatched, or it has finished: the "
             "bridge serves only the run's attempts in flight",
@@ -710,14 +714,14 @@ class ModelBridge:
         # head; only the rollout may have finished while its body arrived.
         if scope["type"] != "http":
             return
-        rollout_id = _rollout_id(scope["path"]) or ""
+        rollout_id = rollout_of(scope["path"]) or ""
         if rollout_id not in self._open:
             refusal = self._not_dispatched(rollout_id)
-            await _send_bytes(send, refusal.status, refusal.body, list(refusal.headers))
+            await send_bytes(send, refusal.status, refusal.body, list(refusal.headers))
             return
-        body = await _read_body(receive, self.max_request_bytes)
+        body = await read_body(receive, self.max_request_bytes)
         if body is None:
-            await _send_error(send, 413, _too_large(self.max_request_bytes))
+            await send_error(send, 413, too_large(self.max_request_bytes))
             return
         await self._chat(rollout_id, body, send)
 
@@ -738,16 +742,16 @@ class ModelBridge:
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            await _send_error(send, 400, "the request body must be a JSON object")
+            await send_error(send, 400, "the request body must be a JSON object")
             return
         messages = body.get("messages")
         try:
             params = inference_params(body, max_tokens=self.max_tokens)
         except RequestRejected as rejected:
-            outcome = _Outcome(400, error=rejected.message, code="invalid_request")
+            outcome = Outcome(400, error=rejected.message, code="invalid_request")
             kept = messages if isinstance(messages, list) else []
             self._record(rollout_id, started_at, began, kept, {}, outcome)
-            await _send_error(send, 400, rejected.message, param=rejected.param)
+            await send_error(send, 400, rejected.message, param=rejected.param)
             return
         assert isinstance(messages, list)  # inference_params checked it
         if body.get("stream") is True:
@@ -759,14 +763,14 @@ class ModelBridge:
         outcome = await self._serve_call(rollout_id, started_at, began, messages, params)
         completion = outcome.completion
         if completion is None:
-            await _send_error(send, outcome.status, outcome.error or "", code=outcome.code)
+            await send_error(send, outcome.status, outcome.error or "", code=outcome.code)
             return
         payload = completion.raw
         if payload is None:
             payload = pydantic_core.to_json(completion.payload)
-        await _send_bytes(send, 200, payload, _JSON_HEADERS)
+        await send_bytes(send, 200, payload, JSON_HEADERS)
 
-    async def _stream(self, call: Awaitable[_Outcome], include_usage: bool, send: Send) -> None:
+    async def _stream(self, call: Awaitable[Outcome], include_usage: bool, send: Send) -> None:
         # The provider call runs as its own task so that it finishes, and is recorded, even
         # if this client goes away mid-stream.
         task = asyncio.ensure_future(call)
@@ -777,10 +781,10 @@ class ModelBridge:
             # Answered before the first heartbeat: errors keep their real HTTP status.
             outcome = task.result()
             if outcome.completion is None:
-                await _send_error(send, outcome.status, outcome.error or "", code=outcome.code)
+                await send_error(send, outcome.status, outcome.error or "", code=outcome.code)
             else:
                 body = sse_stream(outcome.completion.payload, include_usage=include_usage)
-                await _send_bytes(send, 200, body, _SSE_HEADERS)
+                await send_bytes(send, 200, body, _SSE_HEADERS)
             return
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         while not done:
@@ -792,124 +796,3 @@ class ModelBridge:
         else:
             tail = sse_stream(outcome.completion.payload, include_usage=include_usage)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-def _spent_payload(outcome: _Outcome) -> dict[str, Any] | None:
-    """The completion a call's record counts: an answer from the run's record spent nothing,
-    so its `usage` is left out (the rollout still receives it)."""
-    if outcome.completion is None:
-        return None
-    payload = outcome.completion.payload
-    if outcome.replayed:
-        return {key: value for key, value in payload.items() if key != "usage"}
-    return payload
-
-
-def _shown(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def _advertised_root(url: str) -> tuple[str, str, int | None, str]:
-    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
-    what is wrong."""
-    parts = urlsplit(url.strip())
-    problems = []
-    if parts.scheme not in ("http", "https"):
-        problems.append("it must start with http:// or https://")
-    if not parts.hostname:
-        problems.append("it names no host")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        problems.append("it must hold no user, password, query or fragment")
-    try:
-        port = parts.port
-    except ValueError:
-        problems.append("its port is not a number from 0 to 65535")
-        port = None
-    if problems:
-        raise ValueError(
-            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
-            "(e.g. http://10.0.0.5:8321)"
-        )
-    path = parts.path.rstrip("/").removesuffix("/v1")
-    return parts.scheme, parts.hostname or "", port, path
-
-
-def _rollout_id(path: str) -> str | None:
-    """The rollout id of `/v1/rollouts/{id}/chat/completions`; None for any other path."""
-    if not path.startswith(_PREFIX) or not path.endswith(_SUFFIX):
-        return None
-    rollout_id = path[len(_PREFIX) : -len(_SUFFIX)]
-    return rollout_id if rollout_id and "/" not in rollout_id else None
-
-
-def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
-    """The request's `content-length`, 0 when it has none (chunked: checked as it arrives)."""
-    for name, value in headers:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return 0  # the parser refuses it
-    return 0
-
-
-def _too_large(limit: int) -> str:
-    return f"the request body is too large: the limit is {limit} bytes"
-
-
-def _refusal(
-    status: int,
-    message: str,
-    *,
-    code: str | None = None,
-    headers: tuple[tuple[bytes, bytes], ...] = (),
-) -> Refusal:
-    return Refusal(status, error_body(status, message, code=code), (*_JSON_HEADERS, *headers))
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body; None when it exceeds `limit`."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b"".join(parts)
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _openai_error(status: int, message: str) -> tuple[bytes, bytes]:
-    """The bridge server's own refusals (400, 413, 431, 500) in the shape OpenAI clients read."""
-    return b"application/json", error_body(status, message)
-
-
-async def _send_bytes(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
-) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*headers, (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _send_error(
-    send: Send,
-    status: int,
-    message: str,
-    *,
-    code: str | None = None,
-    param: str | None = None,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    body = error_body(status, message, code=code, param=param)
-    await _send_bytes(send, status, body, [*_JSON_HEADERS, *(headers or [])])

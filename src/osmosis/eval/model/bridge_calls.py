@@ -21,8 +21,32 @@ from datetime import datetime
 from typing import Any
 
 from osmosis.eval.model.pricing import Price
+from osmosis.eval.model.providers import Completion
 
-__all__ = ["CallLog", "CallRecord", "Usage"]
+__all__ = ["BridgeStats", "CallLog", "CallRecord", "Outcome", "Usage", "spent_payload"]
+
+
+@dataclass(frozen=True)
+class BridgeStats:
+    """What the bridge turned away or could not give to an attempt, since it started.
+
+    stats = bridge.stats()
+    stats.refused_calls  # calls under a rollout id not dispatched, or finished: 403
+    """
+
+    refused_calls: int = 0
+    """Calls refused (403) because their rollout id was not dispatched or had finished."""
+    late_calls: int = 0
+    """Calls the provider answered after their attempt was closed (not in any record)."""
+    late_tokens: int = 0
+    """The provider's tokens for those late calls."""
+    late_cost_usd: float | None = None
+    """Their cost; None when none had a known price."""
+    throttled_calls: int = 0
+    """Provider answers 429 or overloaded (503, 529) to this bridge's calls, retries included."""
+    limit: int | None = None
+    """The adaptive limit on calls in flight to the provider key now (shared by every bridge
+    of the process on that key); None: the bridge runs without one."""
 
 
 @dataclass(frozen=True)
@@ -233,3 +257,29 @@ class CallLog:
         self._calls.pop(rollout_id, None)
         self._usage.pop(rollout_id, None)
         self._sent.pop(rollout_id, None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the provider side produced for one request."""
+
+    status: int
+    completion: Completion | None = None
+    error: str | None = None
+    code: str | None = None
+    attempts: int = 0
+    released: bool = False
+    """The engine forgot the rollout while this call waited: nothing is recorded."""
+    replayed: bool = False
+    """Answered from the run's record of calls: no provider call, no tokens spent."""
+
+
+def spent_payload(outcome: Outcome) -> dict[str, Any] | None:
+    """The completion a call's record counts: an answer from the run's record spent nothing,
+    so its `usage` is left out (the rollout still receives it)."""
+    if outcome.completion is None:
+        return None
+    payload = outcome.completion.payload
+    if outcome.replayed:
+        return {key: value for key, value in payload.items() if key != "usage"}
+    return payload

@@ -10,6 +10,10 @@ outage (`watch.outage` set, `watch.reason` says why) when:
   confirming probe gets no answer within `probe_timeout_s` either. The probe is what keeps one
   long generation on an otherwise quiet bridge from counting as an outage.
 
+Short of an outage, `stalled(rollout_id)` is the verdict for an attempt whose deadline passed
+while its call waited: True when the provider answered nobody in the later half of that wait
+and a probe confirms the silence (the outage rule for stalls shorter than `stall_after_s`).
+
 While declared it probes the provider (backoff from `probe_first_s`, doubling up to
 `probe_max_s`) and clears the outage on the first probe that succeeds. Nothing else clears it
 (except `clear()`, the engine's override): a stuck call that finally returns says little about
@@ -41,6 +45,7 @@ logger = logging.getLogger("osmosis.eval.model.bridge")
 
 _T = TypeVar("_T")
 ProbeAnswer = Literal["healthy", "answered", "silent"]
+_SETTLE_S = 0.25  # after a stall, how far apart the waiting calls' answers may arrive
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,8 @@ class ProviderCall:
     """True while a provider attempt for it is under way (not between retries)."""
     released: bool = False
     """Set by `release`: the engine gave the rollout up; answer it 503 and record nothing."""
+    sent_at: float = 0.0
+    """When its current provider attempt was sent (time.monotonic())."""
 
 
 @dataclass
@@ -141,6 +148,7 @@ class ProviderWatch:
         self._calls: dict[str, set[ProviderCall]] = {}
         self._state = _State()
         self._task: asyncio.Task[None] | None = None
+        self._verdict_probe: asyncio.Task[tuple[ProbeAnswer, str]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,6 +157,8 @@ class ProviderWatch:
             self._task = asyncio.create_task(self._supervise(), name="model-provider-watch")
 
     async def stop(self) -> None:
+        if self._verdict_probe is not None:
+            self._verdict_probe.cancel()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -176,6 +186,7 @@ class ProviderWatch:
         """Await one provider attempt for `call`, noting whether the provider answered."""
         state = self._state
         call.in_transport = True
+        call.sent_at = time.monotonic()
         state.in_transport += 1
         if state.in_transport == 1:
             state.busy_since = time.monotonic()
@@ -198,6 +209,34 @@ class ProviderWatch:
             for rollout_id, calls in self._calls.items()
             if any(call.in_transport for call in calls)
         }
+
+    async def stalled(self, rollout_id: str) -> bool:
+        """Whether `rollout_id`'s call in the transport waits on a provider that stopped
+        answering everyone (for less than `stall_after_s`, else the outage rule applies), so
+        that its attempt, past its deadline, is the provider's fault and not a `timeout`.
+
+        True when the provider answered no call in the later half of this one's wait, and a
+        probe confirms it: a probe answered while the call still waits a moment later says
+        the provider is there and this call merely slow (one long generation on a quiet
+        bridge). The probe is shared by every verdict asked while it is out.
+        """
+        sent = [c.sent_at for c in self._calls.get(rollout_id, ()) if c.in_transport]
+        if not sent:
+            return False
+        # Answers to others in the later half of this call's wait: the provider works, this
+        # call is slow. (One in the earlier half may precede a stall that began since.)
+        since = min(sent)
+        if self._state.last_answer >= since + (time.monotonic() - since) / 2:
+            return False
+        probe = self._verdict_probe
+        if probe is None or probe.done():
+            probe = self._verdict_probe = asyncio.ensure_future(self._probe())
+        answer, _ = await asyncio.shield(probe)
+        if answer == "silent":
+            return True
+        # A stall that ends answers every waiting call at once, the probe among them.
+        await asyncio.sleep(_SETTLE_S)
+        return rollout_id not in self.stuck_rollouts()
 
     def release(self, rollout_id: str) -> int:
         """Cancel every request still served for `rollout_id`; how many there were."""

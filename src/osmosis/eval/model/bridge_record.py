@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,6 +68,8 @@ RECORD_FILE = "model_calls.jsonl"
 CACHE_MISS = "cache_miss"
 """The error code of a call replay mode cannot answer from the record."""
 _VERSION = 1
+
+logger = logging.getLogger("osmosis.eval.model.bridge")
 
 
 class RecordError(Exception):
@@ -261,6 +264,21 @@ class CallRecorder:
         }
         self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
         self.written += 1
+
+    def keep(
+        self,
+        key: AttemptKey,
+        normalised: Mapping[str, Any],
+        digest: str,
+        response: Mapping[str, Any],
+        *,
+        source: Literal["provider", "record"],
+    ) -> None:
+        """`write`, but a full disk loses the record, not the call: it is logged."""
+        try:
+            self.write(key, normalised, digest, response, source=source)
+        except OSError as error:
+            logger.warning("model bridge: cannot append to the call record: %s", error)
 
     def flush(self) -> None:
         """Push what was written to the file (the run's end, a halt)."""

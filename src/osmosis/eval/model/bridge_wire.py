@@ -1,4 +1,5 @@
-"""The OpenAI JSON the bridge writes itself: error bodies and emulated streams.
+"""The OpenAI JSON the bridge writes itself (error bodies, emulated streams), and the
+bridge route's HTTP helpers (rollout ids from paths, refusals, whole answers).
 
 The bridge calls providers without streaming and, when a rollout asked for `stream=true`,
 replays the finished completion as server-sent events: one `chat.completion.chunk` carrying
@@ -13,10 +14,40 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["HEARTBEAT", "error_body", "error_object", "sse_error", "sse_stream"]
+from osmosis.eval.model.bridge_http import Refusal
+
+__all__ = [
+    "HEARTBEAT",
+    "JSON_HEADERS",
+    "ROUTE_PREFIX",
+    "ROUTE_SUFFIX",
+    "advertised_root",
+    "declared_length",
+    "error_body",
+    "error_object",
+    "openai_error",
+    "read_body",
+    "refuse",
+    "rollout_of",
+    "send_bytes",
+    "send_error",
+    "shown_host",
+    "sse_error",
+    "sse_stream",
+    "too_large",
+]
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+ROUTE_PREFIX = "/v1/rollouts/"
+ROUTE_SUFFIX = "/chat/completions"
+JSON_HEADERS = [(b"content-type", b"application/json")]
 
 HEARTBEAT = b": keep-alive\n\n"
 """An SSE comment: keeps a waiting stream's connection alive; clients skip it."""
@@ -103,3 +134,113 @@ def sse_stream(completion: Mapping[str, Any], *, include_usage: bool) -> bytes:
     # As OpenAI does: usage is null on content chunks and arrives in a final chunk of its own.
     usage_chunk = {**base, "choices": [], "usage": completion.get("usage")}
     return _event({**chunk, "usage": None}) + _event(usage_chunk) + _event("[DONE]")
+
+
+def shown_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def advertised_root(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
+    what is wrong."""
+    parts = urlsplit(url.strip())
+    problems = []
+    if parts.scheme not in ("http", "https"):
+        problems.append("it must start with http:// or https://")
+    if not parts.hostname:
+        problems.append("it names no host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        problems.append("it must hold no user, password, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        problems.append("its port is not a number from 0 to 65535")
+        port = None
+    if problems:
+        raise ValueError(
+            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
+            "(e.g. http://10.0.0.5:8321)"
+        )
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return parts.scheme, parts.hostname or "", port, path
+
+
+def rollout_of(path: str) -> str | None:
+    """The rollout id of `/v1/rollouts/{id}/chat/completions`; None for any other path."""
+    if not path.startswith(ROUTE_PREFIX) or not path.endswith(ROUTE_SUFFIX):
+        return None
+    rollout_id = path[len(ROUTE_PREFIX) : -len(ROUTE_SUFFIX)]
+    return rollout_id if rollout_id and "/" not in rollout_id else None
+
+
+def declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The request's `content-length`, 0 when it has none (chunked: checked as it arrives)."""
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0  # the parser refuses it
+    return 0
+
+
+def too_large(limit: int) -> str:
+    return f"the request body is too large: the limit is {limit} bytes"
+
+
+def refuse(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> Refusal:
+    return Refusal(status, error_body(status, message, code=code), (*JSON_HEADERS, *headers))
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body; None when it exceeds `limit`."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(parts)
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def openai_error(status: int, message: str) -> tuple[bytes, bytes]:
+    """The bridge server's own refusals (400, 413, 431, 500) in the shape OpenAI clients read."""
+    return b"application/json", error_body(status, message)
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = error_body(status, message, code=code, param=param)
+    await send_bytes(send, status, body, [*JSON_HEADERS, *(headers or [])])
