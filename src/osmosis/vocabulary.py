@@ -32,11 +32,12 @@ OUTCOME_LABELS: Final[dict[Outcome, str]] = {
     "skipped": "skipped",
 }
 
-#: Where a platform run is in its life.
-RunStatus = Literal["pending", "running", "finished", "failed", "stopped"]
+#: Where a platform run is in its life. `halted`: the engine stopped dispatching because the
+#: run's budget is spent (its `error` says which limit); nothing failed, a retry resumes it.
+RunStatus = Literal["pending", "running", "finished", "failed", "stopped", "halted"]
 RUN_STATUSES: Final[tuple[RunStatus, ...]] = get_args(RunStatus)
-#: The run statuses a platform run never leaves.
-TERMINAL_RUN_STATUSES: Final[tuple[RunStatus, ...]] = ("finished", "failed", "stopped")
+#: The run statuses a platform run never leaves by itself (a retry queues it again).
+TERMINAL_RUN_STATUSES: Final[tuple[RunStatus, ...]] = ("finished", "failed", "stopped", "halted")
 
 #: Where a run directory (`osmosis eval run`) stands: `running` while a process holds its
 #: lock, else what its `metrics.json` says: `finished` (every attempt recorded) or

@@ -92,7 +92,7 @@ def test_the_public_names_are_pinned():
 
 def test_the_words():
     assert ATTEMPT_STATUSES == ("success", "failed", "skipped")
-    assert RUN_STATUSES == ("pending", "running", "finished", "failed", "stopped")
+    assert RUN_STATUSES == ("pending", "running", "finished", "failed", "stopped", "halted")
     assert set(TERMINAL_RUN_STATUSES) < set(RUN_STATUSES)
     assert LOCAL_RUN_STATUSES == ("running", "finished", "incomplete")
     assert OUTCOMES == ("passed", "not_passed", "errored", "skipped")
@@ -302,7 +302,7 @@ def test_the_grep_finds_what_it_looks_for(tmp_path, monkeypatch):
         "from typing import Literal\n"
         "MAX_PAGE = 50\n"
         'Status = Literal["success", "failed", "skipped"]\n'
-        'RUNS = ("pending", "running", "finished", "failed", "stopped")\n'
+        'RUNS = ("pending", "running", "finished", "failed", "stopped", "halted")\n'
         "CHECK = \"status IN ('success', 'failed', 'skipped')\"\n"
         "ok = reward >= pass_threshold\n"
         "gate = value >= threshold\n"

@@ -74,9 +74,23 @@ class Runs(Resource):
             "POST", _run_path(run, "stop"), EvalRunOperation, body=EvalRunStop()
         )
 
-    def retry(self, run: str, *, secrets: Mapping[str, str] | None = None) -> EvalRunRetried:
-        """Re-run the failed and skipped attempts of a finished, failed or stopped run."""
-        body = EvalRunRetry(secrets=dict(secrets or {}))
+    def retry(
+        self,
+        run: str,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        max_tokens_total: int | None = None,
+        max_cost_usd: float | None = None,
+        max_model_calls: int | None = None,
+    ) -> EvalRunRetried:
+        """Re-run the failed and skipped attempts of a finished, failed, stopped or halted
+        run; a budget limit given replaces the config's from now on."""
+        body = EvalRunRetry(
+            secrets=dict(secrets or {}),
+            max_tokens_total=max_tokens_total,
+            max_cost_usd=max_cost_usd,
+            max_model_calls=max_model_calls,
+        )
         return self._transport.call("POST", _run_path(run, "retry"), EvalRunRetried, body=body)
 
     def files(

@@ -211,9 +211,13 @@ class EvalRunOperation(_Model):
 
 
 class EvalRunRetry(_Strict):
-    """Values for secrets the run was given at submit (they are wiped when a run ends)."""
+    """Values for secrets the run was given at submit (they are wiped when a run ends), and
+    budget limits that replace the config's from this retry on (a `halted` run's way on)."""
 
     secrets: dict[str, str] = Field(default_factory=dict)
+    max_tokens_total: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_model_calls: int | None = Field(default=None, ge=1)
 
 
 class EvalRunRetried(_Model):

@@ -279,7 +279,7 @@ def info_command(
         "Rollout": run.rollout,
     }
     if run.error:
-        main["Error"] = run.error
+        main["Halted" if run.status == "halted" else "Error"] = run.error
     if run.waiting_reason:
         main["Waiting"] = run.waiting_reason
     out.detail(main, title=f"Evaluation run {run.name}")
@@ -313,6 +313,8 @@ def info_command(
     out.info(f"View: {url}")
     if run.status == "failed":
         out.info(f"See why: osmosis eval logs {run.name}")
+    if run.status == "halted":  # its budget is spent: nothing failed
+        out.info(f"Resume it once its budget is raised: osmosis eval retry {run.name}")
     if run.status not in TERMINAL_RUN_STATUSES:
         out.info(f"Stop it: osmosis eval stop {run.name}")
     if output_path:

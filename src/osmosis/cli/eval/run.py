@@ -109,6 +109,12 @@ def run_command(
         help="Answer model calls from another run's record (its directory or name); implies "
         "--cache replay unless --cache says use.",
     ),
+    estimate: bool = typer.Option(
+        False,
+        "--estimate",
+        help="Print the model calls, tokens and cost the run would spend, with a range (from "
+        "an earlier run of the rollout, else the dataset's prompt sizes), and run nothing.",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Skip the confirmation."),
     verbose: bool = typer.Option(False, "--verbose", help="Stream log lines to the terminal."),
     min_pass_rate: float | None = typer.Option(
@@ -193,6 +199,13 @@ def run_command(
     )
     if model is not None and any(not m.strip() for m in model):
         raise CLIError("--model must name a model, e.g. openai/gpt-5-mini")
+    if estimate:
+        from osmosis.cli.eval.estimate import show_estimate
+
+        if model is not None and len(model) > 1:
+            raise CLIError("--estimate takes one --model: estimate each model on its own")
+        show_estimate(out, _plan(config, options))
+        return
     if model is not None and len(model) > 1:
         refused = {"--report": report_file, "--junit": junit_file, "--upload": upload or None}
         given = [flag for flag, value in refused.items() if value is not None]

@@ -14,6 +14,7 @@ command bodies.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -228,8 +229,18 @@ def retry_command(
     name: str = typer.Argument(..., help="Run name or id."),
     yes: bool = YesOption,
     secrets_file: str | None = SecretsFileOption,
+    max_tokens_total: int | None = typer.Option(
+        None, "--max-tokens-total", min=1, help="Budget from now on: tokens of all model calls."
+    ),
+    max_cost_usd: float | None = typer.Option(
+        None, "--max-cost-usd", min=0.000001, help="Budget from now on: USD of all model calls."
+    ),
+    max_model_calls: int | None = typer.Option(
+        None, "--max-model-calls", min=1, help="Budget from now on: model calls forwarded."
+    ),
 ) -> None:
-    """Re-run the failed and skipped samples of a finished, failed or stopped run."""
+    """Re-run the failed and skipped samples of a finished, failed or stopped run; resume a
+    halted one (raise its budget with --max-tokens-total, --max-cost-usd, --max-model-calls)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.eval.run_secrets import read_secrets_file, resolve_run_secrets, secret_prompt
     from osmosis.cli.output import CLIError, output
@@ -242,8 +253,8 @@ def retry_command(
         run = detail.eval_run
         if run.status not in TERMINAL_RUN_STATUSES:
             raise CLIError(
-                f"evaluation run {run.name} is still {run.status}; only a finished, failed or "
-                "stopped run can be retried",
+                f"evaluation run {run.name} is still {run.status}; only a finished, failed, "
+                "stopped or halted run can be retried",
                 code="CONFLICT",
                 details={"name": run.name, "status": run.status},
                 hint=f"osmosis eval stop {run.name}",
@@ -269,14 +280,21 @@ def retry_command(
             default=True,
             details={"name": run.name, "status": run.status, "secrets": sorted(secrets)},
         )
+        retry = functools.partial(
+            client.runs.retry,
+            run.id,
+            max_tokens_total=max_tokens_total,
+            max_cost_usd=max_cost_usd,
+            max_model_calls=max_model_calls,
+        )
         try:
-            retried = client.runs.retry(run.id, secrets=secrets)
+            retried = retry(secrets=secrets)
         except Exception as error:
             names = _secret_names(error)
             if not names or set(names) <= set(secrets):
                 raise
             secrets |= resolve([n for n in names if n not in secrets])
-            retried = client.runs.retry(run.id, secrets=secrets)
+            retried = retry(secrets=secrets)
     count = retried.retryable_samples
     # A stopped (or failed) run also resumes the attempts it never ran.
     unrun = max(0, count - detail.summary.failed - detail.summary.skipped)

@@ -354,8 +354,8 @@ def submit_command(
     wait: bool = typer.Option(
         False,
         "--wait",
-        help="Follow the run until it ends; exit 1 if it failed or stopped, "
-        "5 if every attempt errored.",
+        help="Follow the run until it ends; exit 1 if it failed, stopped or halted (its "
+        "budget spent), 5 if every attempt errored.",
     ),
     min_pass_rate: float | None = typer.Option(
         None, "--min-pass-rate", help="With --wait: exit 3 when the pass rate is below this."
@@ -377,6 +377,7 @@ def submit_command(
     )
 
     out = output()
+    from osmosis.cli.eval.estimate import submit_estimate
     from osmosis.cli.eval.report import check_gate_options
 
     gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
@@ -433,6 +434,9 @@ def submit_command(
         }
         if rows is not None:
             summary["Rows"] = rows[1]
+            spend = submit_estimate(top, cfg, rows=rows[0], runs_root=top / ".osmosis" / "evals")
+            if spend is not None:
+                summary["Estimate"] = spend
         secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
         _show_submit_summary(out, summary, cfg.env, secrets, warnings)
         out.confirm(

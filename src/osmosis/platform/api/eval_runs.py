@@ -167,11 +167,13 @@ def retry_eval_run(
 ) -> EvalRunRetried:
     """Run the failed and skipped attempts again (fresh rollout ids); metrics are recomputed."""
     found = runs.find_run(db, user=user, ref=run)
+    given = body or EvalRunRetry()
     retryable = runs.request_retry(
         db,
         box=request.app.state.secret_box,
         run=found,
-        secrets=(body or EvalRunRetry()).secrets,
+        secrets=given.secrets,
+        budget=given.model_dump(include=set(runs.BUDGET_KEYS), exclude_none=True),
     )
     _scheduler(request).wake()
     return EvalRunRetried(

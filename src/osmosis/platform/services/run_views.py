@@ -17,7 +17,7 @@ from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import LOG_FILE, tail_logs
-from osmosis.platform.services.runs import run_dir
+from osmosis.platform.services.runs import BUDGET_KEYS, run_dir
 from osmosis.platform.worker.leases import why_pending
 from osmosis.vocabulary import ATTEMPT_STATUSES
 from osmosis.wire.runs import (
@@ -93,6 +93,8 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
     config = json.loads(run.config)
     evaluation: dict[str, Any] = config["evaluation"]
     shown = {key: evaluation.get(key) for key in _CONFIG_KEYS}
+    # The run's budget as it stands (a retry may have raised it), where it has one.
+    shown.update({key: evaluation[key] for key in BUDGET_KEYS if evaluation.get(key) is not None})
     shown["model_path"] = run.model_path
     shown.update(config.get("advanced") or {})
     errors = dict(

@@ -425,9 +425,22 @@ def retryable_samples(db: Session, *, run: EvalRun) -> int:
     return (db.scalar(query) or 0) + max(0, run.total - recorded)
 
 
-def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping[str, str]) -> int:
-    """Queue a finished, failed or stopped run again, re-running its failed and skipped
-    attempts with fresh rollout ids (and whatever never ran); returns how many are retried.
+BUDGET_KEYS = ("max_tokens_total", "max_cost_usd", "max_model_calls")
+"""The `[evaluation]` budget limits a retry may replace."""
+
+
+def request_retry(
+    db: Session,
+    *,
+    box: SecretBox,
+    run: EvalRun,
+    secrets: Mapping[str, str],
+    budget: Mapping[str, float] | None = None,
+) -> int:
+    """Queue a finished, failed, stopped or halted run again, re-running its failed and
+    skipped attempts with fresh rollout ids (and whatever never ran); returns how many are
+    retried. `budget` (`BUDGET_KEYS`) replaces the config's limits from now on: a halted run's
+    way to finish; the platform's ceilings still bound them.
 
     Values given for this run only were wiped when it ended: they must come again in
     `secrets`, else a 422 whose `details.run_secret_names` lists them.
@@ -435,8 +448,8 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     db.refresh(run)
     if run.status not in TERMINAL_RUN_STATUSES:
         raise Conflict(
-            f'eval run "{run.name}" is {run.status}: only a finished, failed or stopped run '
-            "can be retried",
+            f'eval run "{run.name}" is {run.status}: only a finished, failed, stopped or halted '
+            "run can be retried",
             details={"eval_run": run.name, "status": run.status},
         )
     if "import" in json.loads(run.payload or "{}"):
@@ -470,6 +483,10 @@ def request_retry(db: Session, *, box: SecretBox, run: EvalRun, secrets: Mapping
     run.secrets_ciphertext = (
         box.encrypt(json.dumps(provided), context=secrets_context(run.id)) if provided else None
     )
+    if budget:
+        config = json.loads(run.config)
+        config["evaluation"].update({key: budget[key] for key in BUDGET_KEYS if key in budget})
+        run.config = json.dumps(config)
     run.status = "pending"
     run.retry_failed = True
     run.crash_resumes = 0  # a retry gets the platform's resumes after a crash again
