@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,6 +73,9 @@ from osmosis.platform.services.run_files import append_log
 from osmosis.platform.services.runs import run_dir
 from osmosis.platform.worker import leases, processes
 from osmosis.platform.worker.checkout import remove_stale_mirrors
+
+if TYPE_CHECKING:
+    from osmosis.platform.worker.metrics import MetricsServer
 from osmosis.private_file import PRIVATE_UMASK, make_private_dir, open_private_append
 
 logger = logging.getLogger("osmosis.platform.worker.scheduler")
@@ -140,6 +143,7 @@ class Scheduler:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._listener: notify.Listener | None = None
+        self._metrics: MetricsServer | None = None  # OSMOSIS_METRICS_PORT
 
     @property
     def _renew_every(self) -> float:
@@ -149,6 +153,10 @@ class Scheduler:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        if self.executes and self._settings.metrics_port is not None:
+            from osmosis.platform.worker.metrics import MetricsServer
+
+            self._metrics = MetricsServer.start(self._settings, held=lambda: len(self._held))
         self._task = asyncio.create_task(self._run(), name="osmosis-scheduler")
         engine = self._sessions.kw.get("bind")
         if self.executes and isinstance(engine, Engine) and notify.is_postgres(engine):
@@ -208,6 +216,9 @@ class Scheduler:
         held, self._held = self._held, {}
         with contextlib.suppress(Exception):  # a dead database: the leases run out instead
             await asyncio.wait_for(asyncio.to_thread(self._give_back, held), SHUTDOWN_GRACE_SEC)
+        if self._metrics is not None:
+            await asyncio.to_thread(self._metrics.close)
+            self._metrics = None
 
     def _give_back(self, held: dict[str, _Held]) -> None:
         if self.process_id is None:
@@ -480,6 +491,9 @@ class Scheduler:
             env["OSMOSIS_BLOB_SHARED"] = "1" if settings.blob_shared else "0"
         if settings.secret_key:
             env[KEY_ENV] = settings.secret_key
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the run worker counts only into ours
+        if self._metrics is not None:
+            env.update(self._metrics.child_env())
         return env
 
     def _worker_log(self, run_id: str) -> Path:
