@@ -15,6 +15,7 @@ def test_platform_public_names():
         "SecretKeyError",
         "Settings",
         "SettingsError",
+        "copy_store",
         "create_app",
         "home_disk",
         "local_row_texts",

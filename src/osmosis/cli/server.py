@@ -265,6 +265,44 @@ def migrate(home: Path | None = HomeOption) -> None:
     )
 
 
+@app.command("copy-store")
+def copy_store(
+    to: str = typer.Option(
+        ..., "--to", help="The object store to copy into: s3://bucket/prefix (AWS_* settings)."
+    ),
+    home: Path | None = HomeOption,
+) -> None:
+    """Copy a directory blob store (dataset blobs, runs, its id) into an object store.
+
+    Run it with the settings the platform had (OSMOSIS_BLOB_DIR or the home), processes
+    stopped; then start every process with OSMOSIS_BLOB_URL set to the same URL. Idempotent:
+    objects already copied (same size and MD5) are skipped, so it can be run again."""
+    from osmosis.cli.output import CLIError, output
+    from osmosis.platform import BlobStoreError
+    from osmosis.platform import copy_store as copy
+
+    out = output()
+
+    def progress(key: str, done: int, total: int) -> None:
+        if done == total or done % 100 == 0:
+            out.info(f"{done}/{total} files checked ({key})")
+
+    settings = _settings(home=home)
+    try:
+        result = copy(settings, to, progress=progress)
+    except BlobStoreError as error:
+        raise CLIError(str(error), code="VALIDATION") from None
+    out.operation(
+        "server.copy_store",
+        message=(
+            f"Copied {result['copied']} files ({result['bytes']:,} bytes) from {result['from']} "
+            f"to {to}; {result['skipped']} were there already. Start every process with "
+            f"OSMOSIS_BLOB_URL={to}."
+        ),
+        resource=result,
+    )
+
+
 # -- process bookkeeping -------------------------------------------------------------------
 def _describe(settings: Settings, *, pid: int | None, running: bool) -> dict[str, Any]:
     state = _read_state(settings)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from osmosis.platform.core.settings import Settings, SettingsError
     from osmosis.platform.operations import (
         LocalView,
+        copy_store,
         home_disk,
         local_row_texts,
         local_view,
@@ -50,6 +51,7 @@ __all__ = [
     "SecretKeyError",
     "Settings",
     "SettingsError",
+    "copy_store",
     "create_app",
     "home_disk",
     "local_row_texts",
@@ -74,6 +76,7 @@ _HOMES = {
     "SecretKeyError": "osmosis.platform.core.crypto",
     "Settings": "osmosis.platform.core.settings",
     "SettingsError": "osmosis.platform.core.settings",
+    "copy_store": "osmosis.platform.operations",
     "create_app": "osmosis.platform.app",
     "home_disk": "osmosis.platform.operations",
     "local_row_texts": "osmosis.platform.operations",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,6 +181,36 @@ def migrate_database(settings: Settings) -> tuple[str | None, str]:
         ) from None
     finally:
         engine.dispose()
+
+
+def copy_store(
+    settings: Settings, url: str, *, progress: Callable[[str, int, int], None]
+) -> dict[str, Any]:
+    """Copy the directory store `settings` name (`OSMOSIS_BLOB_DIR`, else the home's) into
+    the object store at `url`: dataset blobs, run directories and the store's marker, so the
+    database accepts the object store as the same store. Idempotent and verified
+    (`object_store.copy_directory_store`); `BlobStoreError` when it cannot be done."""
+    from osmosis.platform.core.blobs import BlobStore, BlobStoreError, ObjectBlobStore
+    from osmosis.platform.core.object_store import copy_directory_store
+
+    source = BlobStore(settings.blob_dir, runs_root=settings.runs_dir)
+    if not source.root.is_dir():
+        raise BlobStoreError(
+            f"no directory store at {source.root}: set OSMOSIS_BLOB_DIR (or --home) to the "
+            "store to copy"
+        )
+    target = ObjectBlobStore(url, settings.blob_dir, runs_root=settings.runs_dir)
+    target.prepare()
+    report = copy_directory_store(source, target, progress=progress)
+    return {
+        "from": str(source.root),
+        "runs_from": str(source.runs_root),
+        "to": url,
+        "copied": report.copied,
+        "skipped": report.skipped,
+        "bytes": report.bytes,
+        "store_id": source.read_marker(),
+    }
 
 
 # -- `osmosis eval view` ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from osmosis.platform.core.blobs import BlobStore
+from osmosis.platform.core.blobs import open_store
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
@@ -129,7 +129,7 @@ async def upload_dataset(
         except ClientDisconnect:
             raise datasets.UploadInterrupted() from None
 
-    store = BlobStore(settings.blob_dir)
+    store = open_store(settings)
     try:
         finished = await datasets.receive_upload(db, body(), store=store, version=version)
     except datasets.UploadInterrupted:

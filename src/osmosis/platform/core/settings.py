@@ -372,6 +372,25 @@ SETTINGS: tuple[Setting, ...] = (
         _flag,
     ),
     Setting(
+        "blob_url",
+        "OSMOSIS_BLOB_URL",
+        None,
+        "An S3-compatible object store holding the platform's stored content instead of a "
+        "shared directory: `s3://bucket/prefix` (endpoint, region and credentials from "
+        "AWS_ENDPOINT_URL, AWS_REGION and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY). The blob "
+        "and runs directories are then this machine's cache and working copy.",
+        str,
+    ),
+    Setting(
+        "blob_publish_s",
+        "OSMOSIS_BLOB_PUBLISH_S",
+        2.0,
+        "With OSMOSIS_BLOB_URL: seconds between a worker's uploads of a running run's changed "
+        "files (default 2). A worker that dies loses at most this much work to the one "
+        "resuming the run; shorter means more requests to the store.",
+        float,
+    ),
+    Setting(
         "lease_s",
         "OSMOSIS_LEASE_S",
         30.0,
@@ -413,6 +432,31 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "budget_max_tokens_total",
+        "OSMOSIS_BUDGET_MAX_TOKENS_TOTAL",
+        None,
+        "Ceiling on a run's `max_tokens_total` (prompt and completion tokens of all its model "
+        "calls), in every workspace: a run setting none gets it, a run asking more is clamped "
+        "to it. Unset: no ceiling.",
+        int,
+    ),
+    Setting(
+        "budget_max_cost_usd",
+        "OSMOSIS_BUDGET_MAX_COST_USD",
+        None,
+        "Ceiling on a run's `max_cost_usd` (USD of its model calls, LiteLLM's price table), "
+        "as OSMOSIS_BUDGET_MAX_TOKENS_TOTAL. Unset: no ceiling.",
+        float,
+    ),
+    Setting(
+        "budget_max_model_calls",
+        "OSMOSIS_BUDGET_MAX_MODEL_CALLS",
+        None,
+        "Ceiling on a run's `max_model_calls` (calls forwarded to the provider), as "
+        "OSMOSIS_BUDGET_MAX_TOKENS_TOTAL. Unset: no ceiling.",
+        int,
+    ),
+    Setting(
         "executor",
         "OSMOSIS_EXECUTOR",
         "local",
@@ -443,6 +487,21 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "When set, a scrape of /metrics must send it as a bearer token; unset: /metrics is "
         "open, like /api/health.",
+    ),
+    Setting(
+        "metrics_port",
+        "OSMOSIS_METRICS_PORT",
+        None,
+        "When set, each worker process serves its live figures for Prometheus on this port "
+        "(attempts, bridge calls, provider latency and 429s, rollout-server restarts, "
+        "sandbox limit breaches), guarded by OSMOSIS_METRICS_TOKEN when that is set.",
+        int,
+    ),
+    Setting(
+        "metrics_host",
+        "OSMOSIS_METRICS_HOST",
+        "127.0.0.1",
+        "Interface the worker's metrics (OSMOSIS_METRICS_PORT) listen on.",
     ),
 )
 
@@ -489,13 +548,20 @@ class Settings:
     bridge_url: str | None = None
     bridge_max_tokens: int = 131_072
     bridge_max_request_bytes: int = 32 * 1024 * 1024
+    budget_max_tokens_total: int | None = None
+    budget_max_cost_usd: float | None = None
+    budget_max_model_calls: int | None = None
     executor: str = "local"
     ray_address: str | None = None
     ray_max_replicas: int = 4
     metrics_token: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     role: str = "all"
     blob_root: Path | None = None
     blob_shared: bool = False
+    blob_url: str | None = None
+    blob_publish_s: float = 2.0
     lease_s: float = 30.0
     worker_max_runs: int = 0
     sandbox: bool = True
@@ -516,6 +582,11 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{home / 'platform.db'}")
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, got {self.port}")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise SettingsError(
+                f"metrics_port (OSMOSIS_METRICS_PORT) must be between 1 and 65535, "
+                f"got {self.metrics_port}"
+            )
         if self.max_upload_bytes <= 0:
             raise SettingsError("max_upload_bytes must be positive")
         if self.max_concurrent_runs < 1:
@@ -534,6 +605,17 @@ class Settings:
         if self.blob_shared and self.blob_root is None:
             raise SettingsError(
                 "blob_shared needs blob_root: set OSMOSIS_BLOB_DIR to the shared directory"
+            )
+        if self.blob_url is not None and not self.blob_url.removeprefix("s3://").split("/")[0]:
+            raise SettingsError(
+                f"blob_url (OSMOSIS_BLOB_URL) must be s3://bucket[/prefix], got {self.blob_url!r}"
+            )
+        if not 0 < self.blob_publish_s < float("inf"):
+            raise SettingsError("blob_publish_s must be a positive number of seconds")
+        if self.blob_url is not None and self.blob_shared:
+            raise SettingsError(
+                "blob_url and blob_shared exclude each other: the object store is what every "
+                "machine shares; unset OSMOSIS_BLOB_SHARED"
             )
         if self.lease_s < 3:
             raise SettingsError("lease_s must be at least 3 seconds")
@@ -576,6 +658,10 @@ class Settings:
             raise SettingsError("rollout_replicas must be at least 1")
         if self.outage_wait_s <= 0:
             raise SettingsError("outage_wait_s must be positive")
+        for name in ("budget_max_tokens_total", "budget_max_cost_usd", "budget_max_model_calls"):
+            ceiling = getattr(self, name)
+            if ceiling is not None and not (0 < ceiling < float("inf")):
+                raise SettingsError(f"{name} must be a positive number (unset: no ceiling)")
         if self.executor not in EXECUTORS:
             raise SettingsError(
                 f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}"

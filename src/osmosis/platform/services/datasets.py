@@ -502,7 +502,7 @@ def version_path_in(store: BlobStore, version: DatasetVersion) -> Path:
 def version_path(settings: Settings, version: DatasetVersion) -> Path:
     """The blob file holding `version`'s bytes (named `<sha256>.<format>`, so
     `validate_dataset` and `read_rows` can read it directly)."""
-    return version_path_in(BlobStore(settings.blob_dir), version)
+    return version_path_in(open_store(settings), version)
 
 
 def copy_for_run(settings: Settings, version: DatasetVersion, dest: Path) -> Path:

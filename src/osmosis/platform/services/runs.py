@@ -63,6 +63,13 @@ def runs_root(settings: Settings) -> Path:
 def run_dir(settings: Settings, run_id: str) -> Path:
     """`<runs>/<id>/`: an ordinary local run directory (see `osmosis.eval.host.run_dir`), in the
     blob store every API and worker process of the platform reads and writes."""
+    if settings.blob_url is not None and settings.role != "worker":
+        # An object store: the store's copy of the run is brought here for this process's
+        # readers (a worker's engine writes its own copy, and publishes it).
+        from osmosis.platform.core.blobs import open_object_store
+
+        store = open_object_store(settings.blob_url, settings.blob_dir, runs_root=settings.runs_dir)
+        store.refresh_run(run_id, replace=settings.role == "api")
     return runs_root(settings) / run_id
 
 

@@ -22,6 +22,10 @@ decides what is recorded, and any worker that takes the run over later resumes f
   rollout server left, the outage outlasted the wait), resuming at once would only repeat
   it: the run fails saying why, its unfinished attempts pending, and `eval retry` resumes it.
   Attempts are never recorded as zeros.
+- A run's budget (`max_tokens_total`, `max_cost_usd`, `max_model_calls`) is its config's,
+  clamped to the platform's ceilings (`OSMOSIS_BUDGET_MAX_*`, which a run setting none gets).
+  When the engine halts because the budget is spent, nothing failed: the run ends `halted`
+  with the reason (`budget: …`) in `error`, and a retry with a raised budget resumes it.
 - SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
@@ -30,13 +34,14 @@ decides what is recorded, and any worker that takes the run over later resumes f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -51,16 +56,19 @@ from osmosis.eval.host.plan import EntrypointMissing, PlanError, RunOptions, pla
 from osmosis.eval.host.run import run_evaluation
 from osmosis.eval.host.run_dir import RunLocked
 from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
+from osmosis.eval.model.bridge_budget import BUDGET_HALT_PREFIX, Budget
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
 from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
 from osmosis.eval.sites.spec import LocalSiteSpec, RaySiteSpec, SandboxSiteSpec, SiteSpec
+from osmosis.platform.core.blobs import ObjectBlobStore, open_store
 from osmosis.platform.core.crypto import KEY_ENV, load_secret_box
 from osmosis.platform.core.db import make_engine, make_session_factory
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.db.models import Workspace, utcnow
 from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.errors import NotFound, PlatformError
+from osmosis.platform.core.object_store import RunPublisher
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services import datasets
 from osmosis.platform.services.run_files import append_log
@@ -76,12 +84,16 @@ from osmosis.platform.worker.checkout import (
     write_in_tree,
 )
 from osmosis.platform.worker.leases import TEMPFAIL, holds
+from osmosis.platform.worker.metrics import MULTIPROC_ENV, figures_from_env
 from osmosis.platform.worker.run_sink import AttemptSink
+
+# The object store's credentials are the platform's: never in a run's environment.
+_STORE_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 @dataclass(frozen=True)
 class _Outcome:
-    status: str  # finished | failed | stopped | left running
+    status: str  # finished | failed | stopped | halted | left running
     error: str | None = None
 
 
@@ -125,6 +137,9 @@ class _Worker:
         self.box = load_secret_box(settings.home, env=env)
         self.claimed = False
         self.session_started = utcnow()  # this worker's share of the run's active time
+        store = open_store(settings)
+        self.store = store if isinstance(store, ObjectBlobStore) else None
+        self.publisher: RunPublisher | None = None
 
     def log(self, message: str, *, level: str = "info") -> None:
         try:
@@ -133,7 +148,37 @@ class _Worker:
             print(f"{level}: {message} (not in logs.txt: {error})", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        self.publish()  # the last lines of logs.txt, and what a stop or a failure left
         self.engine.dispose()
+
+    def publish(self) -> None:
+        """With an object store: upload the run's changed files (errors are reported and
+        retried by the next pass: the local copy is intact)."""
+        if self.publisher is None:
+            return
+        try:
+            self.publisher.publish()
+        except Exception as error:
+            message = f"warning: cannot publish run {self.run_id} to the object store: {error}"
+            print(message, file=sys.stderr, flush=True)
+
+    @contextlib.asynccontextmanager
+    async def publishing(self) -> AsyncIterator[None]:
+        """Publish every OSMOSIS_BLOB_PUBLISH_S while the body runs (with an object store)."""
+
+        async def publish_forever() -> None:
+            while True:
+                await asyncio.sleep(self.settings.blob_publish_s)
+                await asyncio.to_thread(self.publish)
+
+        task = asyncio.create_task(publish_forever()) if self.publisher is not None else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -176,13 +221,20 @@ class _Worker:
             self.log("another process still holds the run directory; the run waits for it")
             self.exit_code = TEMPFAIL
             return _Outcome("left running")
+        if self.store is not None:
+            # The store's copy is the run's record: another worker may have advanced it.
+            held = await asyncio.to_thread(self.store.sync_run, self.run_id)
+            self.publisher = RunPublisher(self.store, self.run_id)
+            self.publisher.adopt(held)
         self.log(f"run {run.name} ({run.id}) started by the platform")
         try:
             config_path, dataset_file = await asyncio.to_thread(self._prepare, run)
             environ = self._environ(run)
         except (CheckoutError, PlatformError, OSError) as error:
             return self._failed(f"cannot prepare the run: {describe(error)}")
-        threshold = float(json.loads(run.config)["evaluation"]["pass_threshold"])
+        evaluation = json.loads(run.config)["evaluation"]
+        threshold = float(evaluation["pass_threshold"])
+        budget = run_budget(evaluation, self.settings, log=self.log)
         sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
         await sink.resync(self.dir / "events.jsonl")
         options = RunOptions(
@@ -206,6 +258,9 @@ class _Worker:
             bridge_url=self.settings.bridge_url,
             bridge_max_tokens=self.settings.bridge_max_tokens,
             bridge_max_request_bytes=self.settings.bridge_max_request_bytes,
+            max_tokens_total=budget.max_tokens_total,
+            max_cost_usd=budget.max_cost_usd,
+            max_model_calls=budget.max_model_calls,
             artifact_limits=ArtifactLimits(
                 max_files=self.settings.artifact_max_files,
                 max_file_bytes=self.settings.artifact_max_file_bytes,
@@ -226,8 +281,10 @@ class _Worker:
             return self._failed(describe(error))
         self._set_total(plan.total_work_items, plan.selection.total_rows)
         try:
-            async with sink.flushing():
-                report = await run_evaluation(plan, sink, site=self._rollout_site(run))
+            async with sink.flushing(), self.publishing():
+                report = await run_evaluation(
+                    plan, sink, site=self._rollout_site(run), observer=figures_from_env()
+                )
         except RunLocked:
             # The run's previous worker is still winding down (or is cut off from the
             # database, yet writing): its journal must not get a second writer.
@@ -240,6 +297,13 @@ class _Worker:
         if report.status == "finished":
             return _Outcome("finished")
         pending = report.total_work_items - report.resumed - report.dispatched
+        if report.halted is not None and report.halted.startswith(BUDGET_HALT_PREFIX):
+            reason = (
+                f"{report.halted}. No attempt failed for it: the {pending} left are pending; "
+                "retry the run with a raised budget to finish it"
+            )
+            self.log(reason, level="warning")
+            return _Outcome("halted", reason)
         reason = report.halted or f"{pending} work items were not dispatched"
         return self._failed(
             f"the run halted: {reason}. Recorded attempts are kept and the rest are pending: "
@@ -338,6 +402,8 @@ class _Worker:
             name: value
             for name, value in os.environ.items()
             if not name.startswith(("OSMOSIS_", "_OSMOSIS_"))
+            and name != MULTIPROC_ENV
+            and not (self.store is not None and name in _STORE_CREDENTIALS)
         }
         with self.sessions() as db:
             if stored:
@@ -412,9 +478,11 @@ class _Worker:
             self.log("the worker was terminated without a stop request", level="warning")
 
     def _finish(self, outcome: _Outcome) -> None:
+        # Before the run is seen ending: a retry at once starts a worker that checks out the
+        # same directory, which a late removal would pull from under it.
+        remove_checkout(self.settings.home, self.run_id)
         with self.sessions() as db:
             if not self._hold(db):
-                remove_checkout(self.settings.home, self.run_id)
                 return
             run = db.get(EvalRun, self.run_id)
             assert run is not None
@@ -429,13 +497,44 @@ class _Worker:
             run.duration_ms = round((run.duration_ms or 0.0) + max(elapsed, 0.0), 3)
             metrics = _platform_metrics(self.dir / "metrics.json", run)
             run.summary = json.dumps(metrics) if metrics is not None else None
+            # In the store before the run is seen ending: readers then find its final files.
+            self.publish()
             run.secrets_ciphertext = None  # values given for this run live only while it runs
             run.retry_failed = False
             run.worker_pid = None
             run.claimed_by = run.lease_expires_at = None  # the lease ends with the run
             db.commit()
-        remove_checkout(self.settings.home, self.run_id)
         self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
+
+
+_CEILINGS = (
+    ("max_tokens_total", "budget_max_tokens_total", "OSMOSIS_BUDGET_MAX_TOKENS_TOTAL"),
+    ("max_cost_usd", "budget_max_cost_usd", "OSMOSIS_BUDGET_MAX_COST_USD"),
+    ("max_model_calls", "budget_max_model_calls", "OSMOSIS_BUDGET_MAX_MODEL_CALLS"),
+)
+
+
+def run_budget(
+    evaluation: dict[str, Any], settings: Settings, *, log: Callable[..., None] | None = None
+) -> Budget:
+    """A platform run's budget: each limit of its `[evaluation]`, clamped to the platform's
+    ceiling of that kind; a limit the run does not set is the ceiling (None: no limit).
+
+        run_budget({"max_cost_usd": 9.0}, Settings(budget_max_cost_usd=5.0)).max_cost_usd  # 5.0
+    """
+    limits: dict[str, Any] = {}
+    for key, setting, env in _CEILINGS:
+        asked, ceiling = evaluation.get(key), getattr(settings, setting)
+        limits[key] = (
+            asked if ceiling is None else ceiling if asked is None else min(asked, ceiling)
+        )
+        if log is not None and asked is not None and ceiling is not None and asked > ceiling:
+            log(
+                f"budget: {key} {asked:g} is above the platform's ceiling ({env}={ceiling:g}); "
+                f"this run gets {ceiling:g}",
+                level="warning",
+            )
+    return Budget(**limits)
 
 
 def _run_dir_busy(directory: Path) -> bool:
