@@ -405,3 +405,38 @@ def _leaves(value: object, path: str = "") -> dict[str, object]:
             k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()
         }
     return {path: value}
+
+
+@pytest.mark.slow
+def test_a_run_uploaded_from_eval_run_is_in_the_store_for_every_machine(aws, tmp_path, fake_model):
+    # An uploaded local run is a platform run too: the API that received it publishes it,
+    # so another machine's reader finds it in the store, not only on that API's disk.
+    url = aws.bucket()
+    process = team(tmp_path, fake_model, **aws.env(), OSMOSIS_BLOB_URL=url,
+                   OSMOSIS_SECRET_KEY=Fernet.generate_key().decode())  # fmt: skip
+    api = process("api", "api")
+    repo = make_repo(tmp_path / "ws", [row("pass", a, 7) for a in range(2, 6)], limit=4)
+    assert osmosis("server", "migrate", env=api.env).returncode == 0
+    try:
+        api.start()
+        token = json.loads((api.home / "credentials.json").read_text())["token"]
+        env = {**api.env, "OSMOSIS_PLATFORM_URL": api.url, "OSMOSIS_TOKEN": token}
+        ran = osmosis_in("eval", "run", str(repo.config), "--name", "local-1", "-y",
+                         cwd=repo.tree, env=env)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        sent = osmosis_in("--json", "eval", "upload", "local-1", cwd=repo.tree, env=env)
+        assert sent.returncode == 0, sent.stderr
+        run_id = json.loads(sent.stdout)["resource"]["eval_run_id"]
+    finally:
+        api.stop()
+    elsewhere = machine(url, tmp_path / "elsewhere")
+    held = elsewhere.sync_run(run_id)
+    assert "metrics.json" in held and "events.jsonl" in held
+    local = tmp_path / "ws" / "tree" / ".osmosis" / "evals" / "local-1"
+    copied, received = elsewhere.run_dir(run_id), api.home / "runs" / run_id
+    for name in ("metrics.json", "events.jsonl", "manifest.json"):
+        assert (copied / name).read_bytes() == (received / name).read_bytes(), name
+    assert (copied / "events.jsonl").read_bytes() == (local / "events.jsonl").read_bytes()
+    assert sorted(p.name for p in (copied / "trajectories").iterdir()) == sorted(
+        p.name for p in (local / "trajectories").iterdir()
+    )

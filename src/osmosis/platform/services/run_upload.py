@@ -438,6 +438,7 @@ def finalize_import(
         workspace = db.get(Workspace, state["workspace_id"])
         assert workspace is not None  # _session found a membership of it
         run = _store_run(db, settings, state=state, workspace=workspace, user=user, path=candidate)
+        _publish(settings, run.id)
         state.update(
             status="finalized",
             eval_run_id=run.id,
@@ -449,6 +450,18 @@ def finalize_import(
         _write_state(settings, state)
         shutil.rmtree(folder / "files", ignore_errors=True)
         return _public(state)
+
+
+def _publish(settings: Settings, run_id: str) -> None:
+    """With an object store, the uploaded run goes there at once, as a worker's run does: the
+    other API processes serve it from the store (this machine's copy is only a cache)."""
+    if settings.blob_url is None:
+        return
+    from osmosis.platform.core.blobs import open_object_store
+    from osmosis.platform.core.object_store import RunPublisher
+
+    store = open_object_store(settings.blob_url, settings.blob_dir, runs_root=settings.runs_dir)
+    RunPublisher(store, run_id).publish()
 
 
 def _assemble(target: Path, staged: Path, existing: Path | None, files: Mapping[str, Any]) -> None:
