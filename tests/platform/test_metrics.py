@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -121,6 +122,11 @@ def test_routes_are_labelled_by_template_never_by_the_path_sent(local_platform):
     assert "no-such-run" not in text and "xxxxx" not in text
     assert 'route="<unmatched>"' in text
     assert 'route="/api/eval-runs/{run' in text
+    # The database statements those requests made, timed by kind.
+    selects = re.search(
+        r'osmosis_db_query_duration_seconds_count\{statement="select"\} (\S+)', text
+    )
+    assert selects is not None and float(selects.group(1)) > 0
 
 
 def test_a_metrics_token_guards_the_scrape(tmp_path, databases):

@@ -14,6 +14,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from cryptography.fernet import Fernet
 
@@ -427,6 +428,9 @@ def test_a_run_uploaded_from_eval_run_is_in_the_store_for_every_machine(aws, tmp
         sent = osmosis_in("--json", "eval", "upload", "local-1", cwd=repo.tree, env=env)
         assert sent.returncode == 0, sent.stderr
         run_id = json.loads(sent.stdout)["resource"]["eval_run_id"]
+        # The API's /metrics times its object-store requests, the upload's puts among them.
+        scraped = httpx.get(api.url + "/metrics", timeout=30).text
+        assert 'osmosis_blob_store_duration_seconds_count{operation="upload"}' in scraped
     finally:
         api.stop()
     elsewhere = machine(url, tmp_path / "elsewhere")

@@ -13,7 +13,8 @@ Two kinds of figures, in Prometheus' text format (`prometheus-client`):
   (`osmosis_metrics_query_seconds`);
 - this process's own: `osmosis_http_requests_total{method,route,status}` and
   `osmosis_http_request_duration_seconds{method,route}` (routes by template, `/api/eval-runs/{run}`,
-  never by the path a client sent).
+  never by the path a client sent), `osmosis_db_query_duration_seconds{statement}` and, with an
+  object store, `osmosis_blob_store_duration_seconds{operation}`.
 
 With `OSMOSIS_METRICS_TOKEN` set, a scrape must carry it as a bearer token (401 otherwise); with
 it unset, `/metrics` is open like `/api/health`.
@@ -25,6 +26,7 @@ import hmac
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -32,10 +34,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from osmosis.platform.core.blobs import observe_store_operations
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.errors import AuthRequired
 from osmosis.platform.core.settings import Settings
@@ -177,6 +180,14 @@ def install(app: FastAPI, settings: Settings, sessions: sessionmaker[Session]) -
         registry=registry,
     )
     app.add_middleware(RequestTimer, requests=requests, latency=latency)
+    _time_the_database(sessions, registry)
+    store = Histogram(
+        "osmosis_blob_store_duration_seconds",
+        "Object-store requests of this process (OSMOSIS_BLOB_URL), by operation.",
+        ["operation"],
+        registry=registry,
+    )
+    observe_store_operations(lambda operation, seconds: store.labels(operation).observe(seconds))
     token = settings.metrics_token
 
     @app.get("/metrics", include_in_schema=False)
@@ -190,5 +201,34 @@ def install(app: FastAPI, settings: Settings, sessions: sessionmaker[Session]) -
                 )
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+
+def _time_the_database(sessions: sessionmaker[Session], registry: CollectorRegistry) -> None:
+    """`osmosis_db_query_duration_seconds{statement}`: every statement this process sends,
+    by its first word (select, insert, update, delete, other)."""
+    engine = sessions.kw.get("bind")
+    if engine is None:
+        return
+    latency = Histogram(
+        "osmosis_db_query_duration_seconds",
+        "Database statements of this process, by kind.",
+        ["statement"],
+        registry=registry,
+    )
+
+    def started(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info.setdefault("osmosis_started", []).append(time.perf_counter())
+
+    def ended(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        stack = conn.info.get("osmosis_started")
+        if stack:
+            word = statement.lstrip().split(None, 1)[0].lower() if statement.strip() else ""
+            kind = word if word in _STATEMENTS else "other"
+            latency.labels(kind).observe(time.perf_counter() - stack.pop())
+
+    event.listen(engine, "before_cursor_execute", started)
+    event.listen(engine, "after_cursor_execute", ended)
+
+
+_STATEMENTS = frozenset({"select", "insert", "update", "delete"})
 
 __all__ = ["PlatformFigures", "RequestTimer", "install"]

@@ -42,10 +42,11 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -385,6 +386,34 @@ def connect(url: str) -> S3Store:
     return S3Store(bucket, prefix=prefix or None, region=region, client_options=options)
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_OPERATION_OBSERVERS: list[Callable[[str, float], None]] = []
+
+
+def observe_store_operations(callback: Callable[[str, float], None]) -> None:
+    """Have `callback(operation, seconds)` told of every object-store request this process
+    makes (`sync_run`, `refresh_run`, `download`, `upload`): the API's `/metrics`."""
+    _OPERATION_OBSERVERS.append(callback)
+
+
+def _timed(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    def wrap(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                for observer in _OPERATION_OBSERVERS:
+                    observer(operation, elapsed)
+
+        timed.__doc__, timed.__name__ = method.__doc__, method.__name__
+        return timed
+
+    return wrap
+
+
 class ObjectBlobStore(BlobStore):
     """Blobs and runs in an object store; `root` and `runs_root` are this machine's copies."""
 
@@ -480,6 +509,7 @@ class ObjectBlobStore(BlobStore):
         return _ObjectBlobWriter(self, namespace, extension)
 
     # -- runs -----------------------------------------------------------------------------------
+    @_timed("sync_run")
     def sync_run(self, run_id: str, *, replace: bool = True) -> dict[str, int]:
         """Bring the store's copy of the run into `run_dir(run_id)`; returns the size of each
         file the store was found to hold (by path in the run directory).
@@ -551,6 +581,7 @@ class ObjectBlobStore(BlobStore):
                     partial.unlink(missing_ok=True)
         return held
 
+    @_timed("refresh_run")
     def refresh_run(self, run_id: str, *, replace: bool) -> None:
         """`sync_run` for a reader, when the run was published since this process last
         looked (one HEAD request otherwise). A store that cannot be reached leaves this
@@ -585,6 +616,7 @@ class ObjectBlobStore(BlobStore):
         os.replace(partial, path)
 
     # -- transfers --------------------------------------------------------------------------------
+    @_timed("download")
     def _download(self, key: str, local: Path) -> None:
         """The object at `key` into `local`, atomically (a temporary file renamed)."""
         import obstore
@@ -616,6 +648,7 @@ class ObjectBlobStore(BlobStore):
         partial.write_bytes(b"".join(stored + only_here))
         os.replace(partial, local)
 
+    @_timed("upload")
     def upload(self, local: Path, key: str) -> str | None:
         """Put the file's bytes at `key`; returns the new object's ETag."""
         import obstore
