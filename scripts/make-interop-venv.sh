@@ -6,6 +6,8 @@
 # The conformance suite (tests/conformance) runs its osmosis-ai flavour with DIR/bin/python.
 # Running the script again is cheap: it does nothing when the pinned version is installed.
 set -euo pipefail
+# Importing litellm (to prove it installed) must not fetch its price list from GitHub.
+export LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_OFFLINE_MODE=true
 
 readonly PACKAGE="osmosis-ai"
 readonly VERSION="0.3.8"
