@@ -2,6 +2,7 @@
 
     osmosis eval info smoke-brave-otter-1a2b        # the platform's run; saves metrics.json
     osmosis eval info .osmosis/evals/try1           # a local run directory
+    osmosis eval info .osmosis/evals/smoke-brave-otter-1a2b   # a run `eval download` fetched
 
 Only typer and this package's light helpers load at module level; the rest inside the command.
 """
@@ -208,18 +209,23 @@ def info_command(
 ) -> None:
     """Show a run: status, progress, configuration, results and its latest log lines.
 
-    NAME is looked up as a run directory (a path holding manifest.json) first, then on the
-    platform (name or id), then, when the platform does not know it or cannot be reached, as
-    a local run name under the runs root."""
+    NAME is looked up as a run directory (a path holding manifest.json, or a path to a run
+    `eval download` fetched) first, then on the platform (name or id), then, when the
+    platform does not know it or cannot be reached, as a local run name under the runs root
+    (a downloaded copy there included)."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.eval.local_runs import find_local_run, read_local_run
     from osmosis.cli.output import CLIError, output
+    from osmosis.eval.results.official_layout import is_download_dir
     from osmosis.vocabulary import TERMINAL_RUN_STATUSES
 
     out = output()
     save = out.mode.value == "rich" or output_root is not None
-    if Path(name).expanduser().joinpath("manifest.json").is_file():
-        _show_local_info(out, read_local_run(Path(name).expanduser().resolve()))
+    given = Path(name).expanduser()
+    # A bare name is the platform's run (a downloaded copy may be stale); a path is the copy.
+    as_path = "/" in name or name.startswith((".", "~"))
+    if given.joinpath("manifest.json").is_file() or (as_path and is_download_dir(given)):
+        _show_local_info(out, read_local_run(given.resolve()))
         return
     try:
         with platform_errors(), open_client(None) as client:
@@ -230,6 +236,9 @@ def info_command(
             url = run_url(client.base_url, detail.eval_run.name)
     except CLIError as error:
         local = find_local_run(name, root=runs_root(output_root))
+        copy = runs_root(output_root) / name
+        if local is None and not as_path and name not in ("", ".") and is_download_dir(copy):
+            local = copy.resolve()
         if local is None or error.code not in ("NOT_FOUND", "NETWORK", "AUTH_REQUIRED"):
             raise
         _show_local_info(out, read_local_run(local))
@@ -361,6 +370,18 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
     status = str(info.get("status") or "running")
     if status == "finished" and len(records) != total:
         status = "running"
+    completed = len(records)
+    if run.downloaded and not summary and records:
+        # Attempts without metrics.json (`--type trajectories`): the same figures from them.
+        from osmosis.eval.results.metrics import summarize
+
+        summary = summarize(records, run.pass_threshold)
+    if run.downloaded:
+        # The platform's own status and figures; what the download does not carry (the
+        # planned total of a run that did not finish, its config) is not recorded.
+        status = str(info.get("status") or NOT_RECORDED)
+        completed = completed or int(summary.get("total_samples") or 0)
+        total = completed if status == "finished" else None
     inputs, provenance = run.inputs, run.manifest.get("provenance") or {}
     rollout = inputs.get("rollout") or {}
     results = {
@@ -384,16 +405,19 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
     if out.mode.value == "json":
         out.detail(
             {
-                "source": "local",
+                "source": "download" if run.downloaded else "local",
                 "output_path": str(run.path),
                 "eval_run": {**info, "status": status, "name": run.name},
-                "progress": {"completed": len(records), "total": total},
+                "progress": {"completed": completed, "total": total},
                 "metrics": metrics or None,
                 "metrics_available": bool(metrics),
                 "results": results,
-                "manifest": run.manifest,
+                "manifest": None if run.downloaded else run.manifest,
             }
         )
+        return
+    if run.downloaded:
+        _show_downloaded_info(out, run, status, completed, total, results)
         return
     duration = info.get("duration_ms")
     out.detail(
@@ -427,4 +451,47 @@ def _show_local_info(out: Any, run: LocalRun) -> None:
         out.detail(_results_rows(results), title="Results")
     else:
         out.info("No metrics.json yet: the run has not finished or halted once.")
+    out.info(f"Output: {run.path}")
+
+
+NOT_RECORDED = "not recorded"
+
+
+def _show_downloaded_info(
+    out: Any, run: LocalRun, status: str, completed: int, total: int | None, results: Any
+) -> None:
+    """`eval info DIR` for a platform run `eval download` fetched: the platform's status and
+    metrics from its metrics.json, and "not recorded" for what the download does not carry."""
+    info = run.eval_run
+    duration = info.get("duration_ms")
+    halted = info.get("halted")
+    out.detail(
+        {
+            "Name": run.name,
+            "Status": f"{status} (downloaded platform run)",
+            "Progress": f"{completed} / {total} samples"
+            if total is not None
+            else f"{completed} samples (planned total {NOT_RECORDED})",
+            "Duration": f"{duration / 1000:.1f}s"
+            if isinstance(duration, int | float)
+            else NOT_RECORDED,
+            "Pass Rate": NOT_RECORDED
+            if results["pass_rate"] is None
+            else f"{results['pass_rate']:.1%}",
+            "Tokens Used": f"{results['tokens_used']:,}",
+            "Flaky Rows": _shown_rows(results["flaky_rows"]),
+            "Started": info.get("started_at") or NOT_RECORDED,
+            "Completed": info.get("completed_at") or NOT_RECORDED,
+            "Dataset": info.get("dataset_name") or NOT_RECORDED,
+            "Model": info.get("model_name") or NOT_RECORDED,
+            "Rollout": info.get("rollout_name") or NOT_RECORDED,
+            "Platform Run ID": info.get("id") or NOT_RECORDED,
+        }
+        | ({("Halted" if status == "halted" else "Error"): halted} if halted else {}),
+        title=f"Downloaded evaluation run {run.name}",
+    )
+    if run.metrics:
+        out.detail(_results_rows(results), title="Results")
+    else:
+        out.info(f"No metrics.json in {run.path}: osmosis eval download {run.name} fetches it.")
     out.info(f"Output: {run.path}")

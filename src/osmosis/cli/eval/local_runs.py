@@ -7,7 +7,10 @@ look at finished or running local runs: `eval compare`, `eval info`, `eval uploa
 
 A directory the official osmosis-ai `eval run` wrote reads the same way: its attempts come
 from its `index.jsonl` and its threshold from its `metrics.json`
-(`osmosis.eval.results.official_layout`).
+(`osmosis.eval.results.official_layout`). So does a platform run fetched with
+`eval download` (no manifest: its status, metrics and attempts are the platform's, from its
+`metrics.json` and `summary.jsonl`); `read_local_run` reads it, `find_local_run` never
+returns it (it is no run to upload or resume).
 
 Reading never takes the run's lock: a run still being written is read as it stands (the
 journal's last, unfinished line is ignored, as a resume would ignore it).
@@ -34,10 +37,17 @@ class LocalRun:
     manifest: dict[str, Any]
     metrics: dict[str, Any] | None
     """`metrics.json`, or None before the run first finished or halted."""
+    downloaded: bool = False
+    """A platform run as `eval download` wrote it: no manifest (`manifest` is empty)."""
+
+    @property
+    def eval_run(self) -> dict[str, Any]:
+        value = (self.metrics or {}).get("eval_run")
+        return value if isinstance(value, dict) else {}
 
     @property
     def name(self) -> str:
-        return str(self.manifest.get("run_name") or self.path.name)
+        return str(self.manifest.get("run_name") or self.eval_run.get("name") or self.path.name)
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -59,11 +69,11 @@ class LocalRun:
     @property
     def official(self) -> bool:
         """Written by the official osmosis-ai CLI (no pass threshold in its manifest)."""
-        return "pass_threshold" not in self.inputs
+        return not self.downloaded and "pass_threshold" not in self.inputs
 
     @property
     def pass_threshold(self) -> float:
-        if self.official:
+        if self.official or self.downloaded:  # both keep it in metrics.json only
             return official_layout.pass_threshold(self.path)
         value = self.inputs.get("pass_threshold")
         return float(value) if isinstance(value, int | float) else DEFAULT_PASS_THRESHOLD
@@ -72,6 +82,8 @@ class LocalRun:
         """Every recorded attempt, the latest journal line per (row, attempt), in row order."""
         if self.official:
             return official_layout.records(self.path)
+        if self.downloaded:
+            return official_layout.records(self.path, index=official_layout.DOWNLOAD_INDEX)
         latest: dict[tuple[int, int], AttemptRecord] = {}
         try:
             handle = (self.path / "events.jsonl").open("rb")
@@ -103,7 +115,10 @@ def find_local_run(ref: str, *, root: Path) -> Path | None:
 
 
 def read_local_run(path: Path) -> LocalRun:
-    """Read a run directory's manifest and metrics; a bad manifest is a `ValueError`."""
+    """Read a run directory's manifest and metrics (a downloaded platform run: its metrics);
+    a bad manifest is a `ValueError`."""
+    if official_layout.is_download_dir(path):
+        return LocalRun(path=path, manifest={}, metrics=_metrics(path), downloaded=True)
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -112,8 +127,11 @@ def read_local_run(path: Path) -> LocalRun:
         ) from None
     if not isinstance(manifest, dict):
         raise ValueError(f"{path / 'manifest.json'}: not a JSON object")
-    metrics: dict[str, Any] | None = None
+    return LocalRun(path=path, manifest=manifest, metrics=_metrics(path))
+
+
+def _metrics(path: Path) -> dict[str, Any] | None:
     with contextlib.suppress(OSError, ValueError):
         loaded = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
-        metrics = loaded if isinstance(loaded, dict) else None
-    return LocalRun(path=path, manifest=manifest, metrics=metrics)
+        return loaded if isinstance(loaded, dict) else None
+    return None

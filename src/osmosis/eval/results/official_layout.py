@@ -12,6 +12,13 @@ artifacts/**}`. Its `eval upload` sends only `index.jsonl`, `progress.json`, `lo
     run = upload_run(path)                    # the `run` object it describes the run with
     convert(official_dir, target, run=..., local_run_id=..., provenance=...)  # our layout
 
+A platform run fetched with `osmosis eval download` (`metrics.json`, `summary.jsonl`,
+`trajectories/`, `artifacts/`, `logs.txt`, no manifest) reads through here too: its
+`summary.jsonl` is the engine's `index.jsonl`, byte for byte.
+
+    is_download_dir(path)                     # a directory `eval download` wrote
+    records(path, index=DOWNLOAD_INDEX)       # its attempts
+
 The command line (`eval info/view/compare/upload`) and the server (`eval upload` imports)
 both go through here, so an official run reads the same everywhere.
 """
@@ -36,11 +43,13 @@ from osmosis.eval.results.run_export import ExportFile
 from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 __all__ = [
+    "DOWNLOAD_INDEX",
     "OFFICIAL_TOP_LEVEL",
     "atif_conformant",
     "check",
     "convert",
     "finished_at",
+    "is_download_dir",
     "is_official_path",
     "is_official_run_dir",
     "journal_record",
@@ -54,6 +63,9 @@ __all__ = [
 
 OFFICIAL_TOP_LEVEL: Final = ("index.jsonl", "progress.json", "logs.txt")
 """The top-level files the official `eval upload` sends (index and progress are required)."""
+
+DOWNLOAD_INDEX: Final = "summary.jsonl"
+"""The attempts of a downloaded platform run: the engine's index rows (`eval download`)."""
 
 _ROLLOUT_ID = re.compile(r"^[0-9a-f]{32}$")
 _TRAJECTORY = re.compile(r"^trajectory[A-Za-z0-9._-]*\.json$")
@@ -80,6 +92,14 @@ def is_official_run_dir(path: Path) -> bool:
     return "pass_threshold" not in _obj(manifest.get("inputs"))
 
 
+def is_download_dir(path: Path) -> bool:
+    """Whether `path` holds a platform run as `osmosis eval download` (or `eval info`, which
+    saves metrics.json) writes it: no manifest, and its metrics.json or its index."""
+    return not (path / "manifest.json").exists() and (
+        (path / "metrics.json").is_file() or (path / DOWNLOAD_INDEX).is_file()
+    )
+
+
 def pass_threshold(path: Path) -> float:
     """The official run's pass threshold: `metrics.json` summary, else the default."""
     value = _obj(_obj(_json(path / "metrics.json")).get("summary")).get("pass_threshold")
@@ -104,10 +124,10 @@ def selection_digest(spec: object) -> str | None:
     return f"{len(rows)}:{digest.hexdigest()[:32]}"
 
 
-def _index_rows(path: Path) -> list[dict[str, Any]]:
+def _index_rows(path: Path, index: str = "index.jsonl") -> list[dict[str, Any]]:
     rows = []
     try:
-        lines = (path / "index.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = (path / index).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return []
     for line in lines:
@@ -189,7 +209,7 @@ def finished_at(path: Path) -> datetime:
     return _finished_at(path)
 
 
-def _finished_at(path: Path) -> datetime:
+def _finished_at(path: Path, index: str = "index.jsonl") -> datetime:
     completed = _obj(_obj(_json(path / "metrics.json")).get("eval_run")).get("completed_at")
     if isinstance(completed, str):
         try:
@@ -198,18 +218,19 @@ def _finished_at(path: Path) -> datetime:
         except ValueError:
             pass
     try:
-        return datetime.fromtimestamp((path / "index.jsonl").stat().st_mtime, tz=UTC)
+        return datetime.fromtimestamp((path / index).stat().st_mtime, tz=UTC)
     except OSError:
         return datetime.now(UTC)
 
 
-def records(path: Path) -> list[AttemptRecord]:
+def records(path: Path, *, index: str = "index.jsonl") -> list[AttemptRecord]:
     """Every attempt of an official run directory (or an uploaded official layout), in row
-    order; a row that is not a valid attempt is left out."""
+    order; a row that is not a valid attempt is left out. `index=DOWNLOAD_INDEX` reads a
+    downloaded platform run."""
     sources = _source_rows(path)
-    finished_at = _finished_at(path)
+    finished_at = _finished_at(path, index)
     latest: dict[tuple[int, int], AttemptRecord] = {}
-    for row in _index_rows(path):
+    for row in _index_rows(path, index):
         try:
             key = (row["row_index"], row["run_index"])
             latest[key] = _record(row, source_row=sources.get(key), finished_at=finished_at)

@@ -14,6 +14,10 @@ reads it, and copes with one being written right now:
 - numbers: metrics.json's summary when it is newer than the journal; otherwise (a running
   run, or one killed after a resume) the same `summarize` over the journal, so results are
   live.
+- a platform run fetched with `eval download` (no manifest, no journal): the platform's
+  status (finished, failed, stopped, halted) and figures from its metrics.json, its attempts
+  from its `summary.jsonl` (`official_layout.records`); what it does not carry (config,
+  entrypoint, the planned total of an unfinished run) is shown as not recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from osmosis.eval.results import official_layout
 from osmosis.eval.results.metrics import summarize
 from osmosis.platform.web.samples_index import JOURNAL, DatasetFile, IndexCache, SampleIndex
 from osmosis.platform.web.session import Viewer
@@ -37,10 +42,11 @@ from osmosis.platform.web.source import (
     RunView,
     Tally,
 )
-from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD, LOCAL_RUN_STATUSES
+from osmosis.vocabulary import LOCAL_RUN_STATUSES
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NOT_RECORDED = "not recorded"
 
 
 class LocalSource:
@@ -113,8 +119,10 @@ class LocalSource:
 
     def filter_choices(self) -> FilterChoices:
         views = [self._view(path, detail=False) for path in self._run_dirs()]
+        # Downloaded platform runs add theirs (failed, stopped, halted).
+        seen = sorted({v.status for v in views} - set(LOCAL_RUN_STATUSES))
         return FilterChoices(
-            statuses=LOCAL_RUN_STATUSES,
+            statuses=(*LOCAL_RUN_STATUSES, *seen),
             datasets=sorted({v.dataset for v in views if v.dataset}),
             models=sorted({v.model for v in views if v.model}),
             rollouts=sorted({v.rollout for v in views if v.rollout}),
@@ -135,6 +143,8 @@ class LocalSource:
             status = "running"
         elif files.metrics_current:
             status = str(eval_run.get("status") or "incomplete")
+        elif files.downloaded:
+            status = NOT_RECORDED  # attempts without metrics.json: the platform's status unknown
         else:
             recorded = int(_number(summary.get("total_samples")) or 0)
             status = "finished" if total and recorded >= total else "incomplete"
@@ -153,22 +163,31 @@ class LocalSource:
             recorded_outcomes=_counts(summary.get("outcomes")),
         )
         dataset_path = provenance.get("dataset_path")
+        missing = NOT_RECORDED if files.downloaded else ""
+        halted = eval_run.get("halted")
         return RunView(
             ref=path.name,
-            id=str(manifest.get("local_run_id") or path.name),
+            id=str(manifest.get("local_run_id") or eval_run.get("id") or path.name),
             name=path.name,
             status=status,
             dataset=str(
-                eval_run.get("dataset_name") or (Path(dataset_path).stem if dataset_path else "")
+                eval_run.get("dataset_name")
+                or (Path(dataset_path).stem if dataset_path else missing)
             ),
-            model=str(inputs.get("model_path") or eval_run.get("model_name") or ""),
-            rollout=str(_mapping(inputs.get("rollout")).get("name") or ""),
+            model=str(inputs.get("model_path") or eval_run.get("model_name") or missing),
+            rollout=str(
+                _mapping(inputs.get("rollout")).get("name")
+                or (eval_run.get("rollout_name") if files.downloaded else None)
+                or missing
+            ),
             tally=tally,
-            created_at=_when(manifest.get("created_at")),
+            created_at=_when(manifest.get("created_at") or eval_run.get("started_at")),
             started_at=_when(eval_run.get("started_at") or manifest.get("created_at")),
             completed_at=_when(eval_run.get("completed_at")) if not files.running else None,
             duration_ms=_number(eval_run.get("duration_ms")) if not files.running else None,
-            detail=_detail(manifest, summary) if detail else None,
+            # The engine's reason a platform run stopped dispatching (its budget, an outage).
+            error=str(halted) if files.downloaded and halted and status != "finished" else None,
+            detail=_detail(manifest, summary, files) if detail else None,
         )
 
     def _summary(self, path: Path, files: _RunFiles) -> dict[str, Any]:
@@ -197,10 +216,18 @@ class LocalSource:
                 path,
                 pass_threshold=files.pass_threshold,
                 dataset=DatasetFile.of_local_run(dict(files.manifest)),
+                # A downloaded run has no journal: its attempts are the platform's index rows.
+                fallback=(lambda: downloaded_records(path)) if files.downloaded else None,
             )
 
-        # A run restarted with --fresh has a new manifest, so a new index.
-        return self._indexes.get(f"{path}|{files.manifest.get('local_run_id')}", make)
+        # A run restarted with --fresh has a new manifest, so a new index; a download again
+        # rewrites the index, so a downloaded run's key is the index file's time.
+        version = (
+            _mtime(path / official_layout.DOWNLOAD_INDEX)
+            if files.downloaded
+            else files.manifest.get("local_run_id")
+        )
+        return self._indexes.get(f"{path}|{version}", make)
 
 
 class _RunFiles:
@@ -208,13 +235,17 @@ class _RunFiles:
 
     def __init__(self, path: Path, *, running: bool) -> None:
         self.running = running
+        self.downloaded = official_layout.is_download_dir(path)
         self.manifest = _read_json(path / "manifest.json")
         self.metrics = _read_json(path / "metrics.json")
         self.eval_run = _mapping(self.metrics.get("eval_run"))
         progress = _read_json(path / "progress.json")
         self.total = int(_number(progress.get("total_runs")) or 0)
         threshold = _number(_mapping(self.manifest.get("inputs")).get("pass_threshold"))
-        self.pass_threshold = DEFAULT_PASS_THRESHOLD if threshold is None else threshold
+        # The official CLI and a downloaded platform run keep it in metrics.json only.
+        self.pass_threshold = (
+            official_layout.pass_threshold(path) if threshold is None else threshold
+        )
         # metrics.json is the run's own answer unless attempts were recorded after it. Strictly
         # newer: file times tick coarsely, and an equal time may hide a later line (then the
         # journal gives the same numbers, the same way, only later).
@@ -225,7 +256,7 @@ class _RunFiles:
         )
 
 
-def _detail(manifest: dict[str, Any], summary: dict[str, Any]) -> RunDetail:
+def _detail(manifest: dict[str, Any], summary: dict[str, Any], files: _RunFiles) -> RunDetail:
     inputs = _mapping(manifest.get("inputs"))
     provenance = _mapping(manifest.get("provenance"))
     selection = _mapping(provenance.get("selection"))
@@ -237,17 +268,17 @@ def _detail(manifest: dict[str, Any], summary: dict[str, Any]) -> RunDetail:
         "rows": selection.get("rows"),
         "selection": selection.get("method"),
         "n": inputs.get("n"),
-        "pass_threshold": inputs.get("pass_threshold"),
+        "pass_threshold": inputs.get("pass_threshold", files.pass_threshold),
         **timeouts,
         "model_path": inputs.get("model_path"),
         **_mapping(provenance.get("advanced")),
     }
     errors = _mapping(summary.get("errors_by_type"))
-    threshold = _number(inputs.get("pass_threshold"))
+    missing = NOT_RECORDED if files.downloaded else ""
     return RunDetail(
         config={key: value for key, value in config.items() if value is not None},
-        config_path=str(provenance.get("config_path") or ""),
-        entrypoint=str(rollout.get("entrypoint") or ""),
+        config_path=str(provenance.get("config_path") or missing),
+        entrypoint=str(rollout.get("entrypoint") or missing),
         branch=provenance.get("config_branch") or provenance.get("git_branch"),
         commit_sha=provenance.get("config_commit_sha") or provenance.get("git_head"),
         env=_mapping(inputs.get("env")),
@@ -255,15 +286,25 @@ def _detail(manifest: dict[str, Any], summary: dict[str, Any]) -> RunDetail:
         dataset_rows=_int(selection.get("total_rows")),
         dataset_sha256=dataset.get("sha256"),
         rows_digest=dataset.get("selected_source_rows"),
-        pass_threshold=DEFAULT_PASS_THRESHOLD if threshold is None else threshold,
+        pass_threshold=files.pass_threshold,
         cost_usd=_number(summary.get("cost_usd")),
         errors_by_type={str(k): int(v) for k, v in errors.items() if isinstance(v, int)},
     )
 
 
 def is_run_dir(path: Path) -> bool:
-    """A directory `eval run` wrote: it has a manifest or a journal."""
-    return (path / "manifest.json").is_file() or (path / JOURNAL).is_file()
+    """A directory `eval run` wrote (it has a manifest or a journal), or one `eval download`
+    wrote (`official_layout.is_download_dir`)."""
+    return (
+        (path / "manifest.json").is_file()
+        or (path / JOURNAL).is_file()
+        or official_layout.is_download_dir(path)
+    )
+
+
+def downloaded_records(path: Path) -> list[Any]:
+    """The attempts of a downloaded platform run, from its index (`summary.jsonl`)."""
+    return list(official_layout.records(path, index=official_layout.DOWNLOAD_INDEX))
 
 
 def is_locked(lock: Path) -> bool:
