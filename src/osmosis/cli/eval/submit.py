@@ -11,6 +11,12 @@ platform must be among them (a run gets only the secrets its config names). A su
 the rows the run will take, is confirmed, then `EvalRunCreate` is posted: config values come
 from the local file, code from git.
 
+    osmosis eval submit configs/eval/smoke.toml --model openai/a --model openai/b -n 2 --wait
+
+`--model` (repeatable), `-n` and `--limit` override the file's values; the config text sent
+is then written from the values (`osmosis.eval.inputs.config_text`), since the server checks
+the body against it and the worker plans from it. Several models: one run each, one table.
+
 Only typer and this package's light helpers load at module level; the rest inside the
 command bodies.
 """
@@ -310,7 +316,12 @@ def provider_key_check(
 
 
 def rows_to_run(
-    client: PlatformClient, *, git: str, dataset: str, limit: int | None
+    client: PlatformClient,
+    *,
+    git: str,
+    dataset: str,
+    limit: int | None,
+    limit_from: str = "evaluation.limit",
 ) -> tuple[int, str] | None:
     """How many rows the run will take, and why: `limit`, else the platform's seeded 10 %
     sample. None when the dataset is not uploaded (the server's refusal says how to fix it)."""
@@ -327,12 +338,123 @@ def rows_to_run(
         return None
     if limit is not None:
         count = min(limit, total)
-        return count, f"{count:,} of {total:,} (evaluation.limit = {limit})"
+        return count, f"{count:,} of {total:,} ({limit_from} = {limit})"
     count = min(total, max(1, math.ceil(total * SAMPLE_FRACTION)))
     return count, (
         f"{count:,} of {total:,}: a seeded random {SAMPLE_FRACTION:.0%} sample "
         "(no evaluation.limit; set it to choose)"
     )
+
+
+# -- --model, -n, --limit --------------------------------------------------------------------
+def override_problems(
+    models: Sequence[str] | None, *, n: int | None, limit: int | None
+) -> list[str]:
+    """What is wrong with the command line's overrides, all at once (as `eval run` checks
+    them: a model that is named, once; numbers at least 1)."""
+    problems = []
+    if models is not None and any(not m.strip() for m in models):
+        problems.append("--model must name a model, e.g. openai/gpt-5-mini")
+    if models is not None and len(set(models)) != len(models):
+        problems.append("each --model once: the same model twice would submit the same run twice")
+    for flag, value in (("-n", n), ("--limit", limit)):
+        if value is not None and value < 1:
+            problems.append(f"{flag} must be at least 1, got {value}")
+    return problems
+
+
+def with_overrides(
+    config: EvalConfig, model: str | None, *, n: int | None, limit: int | None
+) -> EvalConfig:
+    """`config` with `--model`, `-n` and `--limit` in place of its own (checked before)."""
+    experiment, evaluation = config.experiment, config.evaluation
+    if model is not None:
+        experiment = experiment.model_copy(update={"model_path": model})
+    changes = {key: value for key, value in (("n", n), ("limit", limit)) if value is not None}
+    if changes:  # model_copy marks them set: the body's evaluation_config carries them
+        evaluation = evaluation.model_copy(update=changes)
+    return config.model_copy(update={"experiment": experiment, "evaluation": evaluation})
+
+
+def _override_text(config: EvalConfig, relative_path: str) -> str:
+    """The overridden config as TOML (the file's comments do not survive; its values do)."""
+    from osmosis.cli.output import CLIError
+    from osmosis.eval.inputs.config_text import config_text
+
+    evaluation = config.evaluation
+    try:
+        return config_text(
+            experiment=config.experiment.model_dump(exclude_none=True),
+            evaluation=evaluation.model_dump(include=set(evaluation.model_fields_set)),
+            advanced=config.advanced,
+            env=config.env,
+            required=config.secrets.required,
+        )
+    except ValueError as error:
+        raise CLIError(
+            f"{relative_path}: {error}, so --model, -n and --limit cannot be applied to it",
+            details={"file": relative_path},
+            hint="edit the config's values instead of overriding them on the command line",
+        ) from None
+
+
+def _resource(
+    config: EvalConfig,
+    created: Any,
+    url: str,
+    state: GitState,
+    rows: tuple[int, str] | None,
+    warnings: Sequence[str],
+    context: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A submitted run as `--json` shows it."""
+    experiment = config.experiment
+    return {
+        "id": created.id,
+        "name": created.name,
+        "status": created.status,
+        "url": url,
+        "model_name": experiment.model_path,
+        "dataset_name": experiment.dataset,
+        "created_at": created.created_at.isoformat(),
+        "config": {
+            "rollout": experiment.rollout,
+            "entrypoint": experiment.entrypoint,
+            "model": experiment.model_path,
+            "dataset": experiment.dataset,
+            "branch": state.branch,
+            "commit_sha": state.commit_sha,
+            "n": config.evaluation.n,
+            "limit": config.evaluation.limit,
+        },
+        "rows": rows[0] if rows is not None else None,
+        "warnings": list(warnings),
+        **context,
+    }
+
+
+def _submitted_many(
+    out: Output,
+    resources: Sequence[Mapping[str, Any]],
+    wait: bool,
+    min_pass_rate: float | None,
+    min_mean_reward: float | None,
+) -> None:
+    """One run per model: a table of them (`--json`: the list), or with `--wait` one table
+    of their results once every run ended."""
+    if wait:
+        from osmosis.cli.eval.wait import follow_many
+
+        follow_many(out, resources, min_pass_rate=min_pass_rate, min_mean_reward=min_mean_reward)
+        return
+    out.listing(
+        resources,
+        columns=["model_name", "name", "status", "url"],
+        title="Submitted",
+        headers={"model_name": "model", "name": "run"},
+    )
+    names = " ".join(str(resource["name"]) for resource in resources)
+    out.info(f"Next: osmosis eval list  ·  once they end: osmosis eval compare {names}")
 
 
 def _clone_url(workspace: Workspace) -> str:
@@ -363,8 +485,21 @@ def submit_command(
     min_mean_reward: float | None = typer.Option(
         None, "--min-mean-reward", help="With --wait: exit 3 when the mean reward is below this."
     ),
+    model: list[str] | None = typer.Option(
+        None,
+        "--model",
+        help="Model to evaluate instead of the config's model_path; repeat it to submit one "
+        "run per model over the same rows (with --wait, compared in one table).",
+    ),
+    n: int | None = typer.Option(None, "-n", help="Attempts per row, instead of the config's n."),
+    limit: int | None = typer.Option(
+        None, "--limit", help="Run the first N rows, instead of the config's limit."
+    ),
 ) -> None:
-    """Submit an evaluation run to the platform; it runs the pushed commit of this workspace."""
+    """Submit an evaluation run to the platform; it runs the pushed commit of this workspace.
+
+    With several --model, one run per model; with --wait, exit 1 when any run did not
+    finish, 3 when any is below a gate."""
     from osmosis.cli.credentials import open_client, platform_errors
     from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import current_workspace
@@ -383,11 +518,16 @@ def submit_command(
     gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
     if (min_pass_rate is not None or min_mean_reward is not None) and not wait:
         gate_problems.append("--min-pass-rate and --min-mean-reward need --wait")
+    gate_problems += override_problems(model, n=n, limit=limit)
     if gate_problems:
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     workspace = current_workspace()
     loaded = _load_config(config, workspace)
-    cfg = loaded.config
+    overridden = model is not None or n is not None or limit is not None
+    # One config per model (the file's own model when no --model), each with -n and --limit.
+    chosen: Sequence[str | None] = model or [None]
+    configs = [with_overrides(loaded.config, m, n=n, limit=limit) for m in chosen]
+    cfg = configs[0]
     experiment = cfg.experiment
     try:
         state = resolve_git_state(
@@ -412,80 +552,97 @@ def submit_command(
             stored=stored,
             prompt=secret_prompt(out),
         )
-        key_warning = provider_key_check(
-            experiment.model_path, cfg.env, cfg.secrets.required, stored
-        )
-        if key_warning:
-            warnings.append(key_warning)
+        for each in configs:
+            key_warning = provider_key_check(
+                each.experiment.model_path, cfg.env, cfg.secrets.required, stored
+            )
+            if key_warning:
+                warnings.append(key_warning)
+        models = [each.experiment.model_path for each in configs]
         rows = rows_to_run(
             client,
             git=workspace.identity,
             dataset=experiment.dataset,
             limit=cfg.evaluation.limit,
+            limit_from="evaluation.limit" if limit is None else "--limit",
         )
         summary = {
             "Workspace": workspace.identity,
             "Rollout": experiment.rollout,
             "Entrypoint": experiment.entrypoint,
-            "Model": experiment.model_path,
+            "Model" if len(models) == 1 else "Models": ", ".join(models),
             "Dataset": experiment.dataset,
             "Branch": state.branch or "-",
             "Commit": state.commit_sha[:7],
         }
+        if n is not None:
+            summary["Runs Per Row"] = str(n)
         if rows is not None:
             summary["Rows"] = rows[1]
-            spend = submit_estimate(top, cfg, rows=rows[0], runs_root=top / ".osmosis" / "evals")
-            if spend is not None:
-                summary["Estimate"] = spend
+            for each in configs:
+                spend = submit_estimate(
+                    top, each, rows=rows[0], runs_root=top / ".osmosis" / "evals"
+                )
+                if spend is not None:
+                    label = (
+                        "Estimate"
+                        if len(configs) == 1
+                        else f"Estimate {each.experiment.model_path}"
+                    )
+                    summary[label] = spend
         secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
         _show_submit_summary(out, summary, cfg.env, secrets, warnings)
+        runs = f"{len(models)} runs: " if len(models) > 1 else ""
         out.confirm(
-            f"Submit {experiment.rollout} x {experiment.model_path} on {experiment.dataset}?",
+            f"Submit {runs}{experiment.rollout} x {', '.join(models)} on {experiment.dataset}?",
             yes=yes,
             default=True,
             details={"summary": summary, "env": cfg.env, "secrets": secrets, "warnings": warnings},
         )
-        evaluation = cfg.evaluation
-        body = EvalRunCreate(
-            experiment_config=ExperimentConfigIn(**experiment.model_dump(exclude_none=True)),
-            evaluation_config=evaluation.model_dump(include=set(evaluation.model_fields_set)),
-            env_config=dict(cfg.env),
-            advanced_config=dict(cfg.advanced),
-            secrets=RunSecrets(required=list(cfg.secrets.required), provided=provided),
-            config_path=loaded.relative_path,
-            config_toml=loaded.text,
-            repository=RepositoryRef(
-                origin_url=_clone_url(workspace), commit_sha=state.commit_sha, branch=state.branch
-            ),
-        )
-        try:
-            with platform_errors():
-                created = client.runs.submit(git=workspace.identity, body=body)
-        except CLIError as error:
-            _submit_hint(error, experiment.dataset)
-            raise
+        submitted: list[tuple[EvalConfig, Any]] = []
+        for each in configs:
+            evaluation = each.evaluation
+            body = EvalRunCreate(
+                experiment_config=ExperimentConfigIn(
+                    **each.experiment.model_dump(exclude_none=True)
+                ),
+                evaluation_config=evaluation.model_dump(include=set(evaluation.model_fields_set)),
+                env_config=dict(each.env),
+                advanced_config=dict(each.advanced),
+                secrets=RunSecrets(required=list(each.secrets.required), provided=provided),
+                config_path=loaded.relative_path,
+                # The server checks the values against this text and the worker plans from
+                # it: with an override, it must say the overridden values.
+                config_toml=_override_text(each, loaded.relative_path)
+                if overridden
+                else loaded.text,
+                repository=RepositoryRef(
+                    origin_url=_clone_url(workspace),
+                    commit_sha=state.commit_sha,
+                    branch=state.branch,
+                ),
+            )
+            try:
+                with platform_errors():
+                    submitted.append((each, client.runs.submit(git=workspace.identity, body=body)))
+            except CLIError as error:
+                _submit_hint(error, experiment.dataset)
+                if submitted:  # the runs already submitted go on: say which they are
+                    names = [created.name for _, created in submitted]
+                    error.message += f" (already submitted: {', '.join(names)})"
+                    error.details["submitted"] = names
+                raise
         context = envelope_context(workspace, client)
-        url = run_url(client.base_url, created.name)
-    resource = {
-        "id": created.id,
-        "name": created.name,
-        "status": created.status,
-        "url": url,
-        "model_name": experiment.model_path,
-        "dataset_name": experiment.dataset,
-        "created_at": created.created_at.isoformat(),
-        "config": {
-            "rollout": experiment.rollout,
-            "entrypoint": experiment.entrypoint,
-            "model": experiment.model_path,
-            "dataset": experiment.dataset,
-            "branch": state.branch,
-            "commit_sha": state.commit_sha,
-        },
-        "rows": rows[0] if rows is not None else None,
-        "warnings": warnings,
-        **context,
-    }
+        base_url = client.base_url
+    resources = [
+        _resource(each, created, run_url(base_url, created.name), state, rows, warnings, context)
+        for each, created in submitted
+    ]
+    if len(resources) > 1:
+        _submitted_many(out, resources, wait, min_pass_rate, min_mean_reward)
+        return
+    (cfg, created), resource = submitted[0], resources[0]
+    experiment, url = cfg.experiment, resource["url"]
     if out.mode.value != "json":
         out.detail(
             {

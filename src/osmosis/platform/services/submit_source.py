@@ -18,8 +18,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import subprocess
@@ -27,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from osmosis.eval.inputs.config_text import config_text as inputs_config_text
 from osmosis.platform.core.errors import NotFound, PlatformError, ValidationFailed
 from osmosis.platform.services.origins import CloneAllow, check_clone_url
 from osmosis.platform.services.workspaces import OriginNotAllowed
@@ -169,45 +168,18 @@ def config_text(
     env: Mapping[str, str],
     required: Sequence[str],
 ) -> str:
-    """The eval config the values describe, as TOML (`[secrets]` always, others if set)."""
-    tables: list[tuple[str, Mapping[str, Any]]] = [("experiment", experiment)]
-    optional = (("evaluation", evaluation), ("advanced", advanced), ("env", env))
-    tables += [(name, values) for name, values in optional if values]
-    tables.append(("secrets", {"required": list(required)}))
-    out: list[str] = []
-    for name, values in tables:
-        out.append(f"[{name}]")
-        out += [
-            f"{_key(key)} = {_value(value)}" for key, value in values.items() if value is not None
-        ]
-        out.append("")
-    return "\n".join(out)
-
-
-def _key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        # A JSON string is a TOML basic string once DEL, which TOML forbids raw, is escaped.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007F")
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{_key(str(k))} = {_value(v)}" for k, v in value.items())
-        return "{" + inner + "}"
-    if isinstance(value, Sequence):
-        return "[" + ", ".join(_value(item) for item in value) + "]"
-    raise ValidationFailed(f"{value!r} cannot be written in an eval config")
+    """The eval config the values describe, as TOML (`osmosis.eval.inputs.config_text`); a
+    value TOML cannot hold is the client's to fix."""
+    try:
+        return inputs_config_text(
+            experiment=experiment,
+            evaluation=evaluation,
+            advanced=advanced,
+            env=env,
+            required=required,
+        )
+    except ValueError as error:
+        raise ValidationFailed(str(error)) from None
 
 
 __all__ = ["GitRemoteUnreachable", "Source", "config_text", "resolve_commit"]
