@@ -207,6 +207,22 @@ def test_a_run_finishes_with_the_metrics_of_the_same_local_run(server, fake_mode
     assert data["dataset_df_stats"]["rows"] == data["dataset_df_stats"]["selected_rows"] == 5
 
 
+def test_eval_info_names_a_platform_runs_flaky_rows(server, tmp_path):
+    # Row 0 passes its first attempt only (one rollout server sees both): 1 of 2, flaky.
+    rows = [row("pass_first_1", 2, 7), row("pass", 3, 7), row("pass", 4, 7), row("pass", 5, 7)]
+    repo = workspace(tmp_path, server, rows, n=2, limit=4)
+    with server.client() as client:
+        created = submit(client, repo)
+        detail = finished(client, created.id)
+    assert detail.eval_run.status == "finished"
+    assert detail.flaky_rows == [0]
+    cli_env = clean_env(OSMOSIS_PLATFORM_URL=server.url, OSMOSIS_TOKEN=server.admin_token,
+                        OSMOSIS_CONFIG_DIR=str(tmp_path / "cli"), COLUMNS="200")  # fmt: skip
+    info = osmosis_in("eval", "info", created.name, cwd=repo.tree, env=cli_env)
+    assert info.returncode == 0, info.stderr
+    assert "0 (attempts disagree within the run)" in info.stdout
+
+
 # -- submit checks ----------------------------------------------------------------------------
 def test_submit_names_every_problem_and_stores_nothing(server, tmp_path):
     repo = make_repo(tmp_path, FOUR_PASSING, limit=1, secrets=["API_TOKEN", "OTHER_TOKEN"])

@@ -189,6 +189,8 @@ class EvalRunDetail(_Model):
     errors_by_type: dict[str, int]
     cost_usd: float | None
     recent_logs: list[RunLogEntry]
+    flaky_rows: list[int] = Field(default_factory=list)
+    """Rows whose scored attempts disagree within the run (some passed, some not)."""
 
 
 class EvalRunLogs(_Model):

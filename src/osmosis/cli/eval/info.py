@@ -75,6 +75,7 @@ def _results(detail: EvalRunDetail) -> dict[str, Any]:
         "tokens_used": summary.total_tokens,
         "cost_usd": detail.cost_usd,
         "errors_by_type": detail.errors_by_type,
+        "flaky_rows": detail.flaky_rows,
     }
 
 
@@ -149,6 +150,8 @@ def _results_rows(results: Mapping[str, Any]) -> dict[str, Any]:
     if results.get("pass_hat_k"):
         # pass^k: every one of k attempts passes (consistency), next to pass@k (any of k).
         rows["Pass^k"] = ", ".join(f"{p['k']}: {p['value']:.1%}" for p in results["pass_hat_k"])
+    if results.get("flaky_rows"):
+        rows["Flaky Rows"] = _shown_rows(results["flaky_rows"])
     intervals = results.get("confidence_intervals") or {}
     shown = []
     for key, label, fmt in (

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from osmosis.eval.results.compare import row_outcomes
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.errors import ValidationFailed
@@ -106,6 +107,17 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
         ).all()
     )
     cost = db.scalar(select(func.sum(EvalAttempt.cost_usd)).where(EvalAttempt.run_id == run.id))
+    # As `eval info` on a local run and `eval compare` reduce attempts to rows.
+    attempts = [
+        {"row_index": row_index, "status": status, "reward": reward}
+        for row_index, status, reward in db.execute(
+            select(EvalAttempt.row_index, EvalAttempt.status, EvalAttempt.reward).where(
+                EvalAttempt.run_id == run.id
+            )
+        )
+    ]
+    threshold = float(evaluation["pass_threshold"])
+    flaky = sorted(row for row, found in row_outcomes(attempts, threshold).items() if found.flaky)
     version = db.get(DatasetVersion, run.dataset_version_id) if run.dataset_version_id else None
     metrics = json.loads(run.summary) if run.summary else None
     summary = _summary(run)
@@ -143,6 +155,7 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
         errors_by_type={str(kind): int(count) for kind, count in errors.items()},
         cost_usd=float(cost) if cost is not None else None,
         recent_logs=tail_logs(run_dir(settings, run.id) / LOG_FILE, count=_RECENT_LOGS),
+        flaky_rows=flaky,
     )
 
 
