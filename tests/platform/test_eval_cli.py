@@ -384,7 +384,8 @@ def test_submit_watch_download_stop_and_retry(running_platform, fake_model, tmp_
         "running",
     }
     too_soon = cli_error("eval", "retry", slow_name, "-y", env=env, cwd=tree)
-    assert too_soon["code"] == "CONFLICT" and "only a finished, failed or" in too_soon["message"]
+    assert too_soon["code"] == "CONFLICT"
+    assert "only a finished, failed, stopped or halted" in too_soon["message"]
     stopped = cli_json("eval", "stop", slow_name, "-y", env=env, cwd=tree)
     assert stopped["operation"] == "eval.stop"
     final = wait_for(tree, env, slow_name, {"stopped"}, timeout=60)[-1]

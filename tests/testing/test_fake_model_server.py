@@ -151,6 +151,7 @@ def test_stats_count_and_reset() -> None:
             "streams": 0,
             "tool_calls": 1,
             "errors": 0,
+            "rate_limited": 0,
             "prompt_tokens": 3 * 2 + 5,  # whitespace-separated words of every message
             "completion_tokens": 3 * 2 + 1 + 4,  # echoes; one call plus '{"a": 1, "b": 1}'
         }
