@@ -4,13 +4,13 @@ site the host asks for, a bridge.
     plan = plan_run(config_path, options)
     report = await run_evaluation(plan, reporter, site=SandboxSiteSpec())
 
-Stages: open (or resume) the run directory → sync the rollout environment (in a thread: Ctrl-C
-and `eval stop` are honoured while uv works) → start the local model when asked → start the
-bridge and check the model → start `replicas` rollout servers on the site
-(`osmosis.eval.sites.spec.start_site`) → dispatch what is pending → write index, metrics and
-progress. Every child process is stopped on the way out, also on Ctrl-C; a SIGKILL of this
-process kills the rollout servers with it. What cannot start is a typed `HostError` (see
-`osmosis.eval.errors`).
+Stages: open (or resume) the run directory → start the local model when asked → start the
+bridge → sync the rollout environment (in a thread: Ctrl-C and `eval stop` are honoured while uv
+works) → start `replicas` rollout servers on the site (`osmosis.eval.sites.spec.build_site`),
+while the model's pre-flight probe runs alongside → dispatch what is pending once both are
+ready → write index, metrics and progress. Every child process is stopped on the way out, also
+on Ctrl-C; a SIGKILL of this process kills the rollout servers with it. What cannot start is a
+typed `HostError` (see `osmosis.eval.errors`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from osmosis.eval.engine import DEFAULT_OUTAGE_WAIT_SEC, Engine, EngineOutcome, EngineSettings
 from osmosis.eval.errors import HostError
@@ -52,7 +52,7 @@ from osmosis.eval.sites.spec import (
     SandboxSiteSpec,
     SiteContext,
     SiteSpec,
-    start_site,
+    build_site,
 )
 from osmosis.vocabulary import LocalRunStatus
 
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from osmosis.eval.model.bridge import Budget, ModelBridge, Spend
     from osmosis.eval.model.bridge_record import CallRecorder
     from osmosis.eval.sites.environment import RolloutEnvironment
+
+_T = TypeVar("_T")
 
 
 class Reporter(Protocol):
@@ -241,22 +243,31 @@ async def _dispatch(
         if isinstance(spec, SandboxSiteSpec)
         else None
     )
-    environment = (
-        None
-        if isinstance(spec, RaySiteSpec)
-        else await prepare_environment_async(
-            plan.rollout_dir,
-            cache_root=cache_root,
-            log=log,
-            scope=_env_scope(plan),
-            checkout=plan.workspace,
-            sandbox=build_sandbox,
-        )
-    )
     replicas = plan.options.replicas
     async with contextlib.AsyncExitStack() as stack:
-        bridge = await stack.enter_async_context(
+        bridge, check_model = await stack.enter_async_context(
             _policy(plan, redactor, log, bridge_token, _earlier_spend(report.bridge), observer)
+        )
+        # The model's pre-flight runs while the environment is checked and the rollout
+        # servers start: none needs another, and each costs a few hundred ms of a short run.
+        # Its failure cancels them and is the run's error; nothing is dispatched before it
+        # passed.
+        checking = asyncio.create_task(check_model())
+        stack.push_async_callback(_cancelled, checking)
+        environment = (
+            None
+            if isinstance(spec, RaySiteSpec)
+            else await _unless_failed(
+                checking,
+                prepare_environment_async(
+                    plan.rollout_dir,
+                    cache_root=cache_root,
+                    log=log,
+                    scope=_env_scope(plan),
+                    checkout=plan.workspace,
+                    sandbox=build_sandbox,
+                ),
+            )
         )
         servers = (
             "one rollout server per Ray node"
@@ -265,9 +276,12 @@ async def _dispatch(
             if replicas == 1
             else f"{replicas} rollout servers"
         )
-        reporter.stage(f"starting {servers} ({plan.config.experiment.entrypoint})")
+        log(f"starting {servers} ({plan.config.experiment.entrypoint})")
         context = _site_context(plan, spec, environment, bridge, run, reporter, redactor)
-        site = await stack.enter_async_context(start_site(spec, context, replicas=replicas))
+        site = build_site(spec, context)
+        stack.push_async_callback(site.stop)  # also when starting fails or is cancelled
+        await _unless_failed(checking, site.start(replicas))
+        await checking
         endpoints = site.endpoints
         replicas = len(endpoints)
         run.note_provenance(replicas=replicas)  # Ray's default is only known now
@@ -324,11 +338,39 @@ async def _dispatch(
                 await budget_watch
             _note_bridge(bridge, run, report)
             if recorder is not None and recorder.mode != "off":
+                # Also in metrics.json `eval_run.bridge`, over every invocation of the run:
+                # `eval info` and the platform's detail view show them.
+                totals = report.bridge
+                totals["cache_mode"] = recorder.mode
+                totals["cache_hits"] = int(totals.get("cache_hits", 0)) + recorder.hits
+                totals["cache_misses"] = int(totals.get("cache_misses", 0)) + recorder.misses
                 run.log(
                     f"cache {recorder.mode}: {recorder.hits} model calls answered from the "
                     f"record, {recorder.misses} not in it"
                 )
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
+
+
+async def _unless_failed(check: asyncio.Task[None], work: Awaitable[_T]) -> _T:
+    """`work`'s result, unless `check` fails first: then `work` is cancelled and `check`'s
+    error raised (a broken model says more than what starting was cut short by it)."""
+    doing = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({check, doing}, return_when=asyncio.FIRST_COMPLETED)
+        if check.done() and not check.cancelled() and check.exception() is not None:
+            await _cancelled(doing)
+            check.result()  # raises
+        return await doing
+    finally:
+        await _cancelled(doing)
+
+
+async def _cancelled(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` if it still runs and wait until it has stopped."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 async def _halt_on_budget(bridge: ModelBridge, engine: Engine) -> None:
@@ -347,9 +389,10 @@ async def _policy(
     token: str,
     spent: Spend,
     observer: RunObserver | None = None,
-) -> AsyncIterator[Any]:
-    """The bridge to the run's model (starting the local model first when asked), checked by
-    a pre-flight probe before anything is dispatched."""
+) -> AsyncIterator[tuple[ModelBridge, Callable[[], Coroutine[Any, Any, None]]]]:
+    """The bridge to the run's model (starting the local model first when asked), started,
+    and the model's pre-flight probe, which must pass before anything is dispatched (a
+    `RunFailed` when it does not; the caller runs it alongside the rollout servers' start)."""
     from osmosis.eval.model.bridge import (
         DEFAULT_MAX_REQUEST_BYTES,
         DEFAULT_MAX_TOKENS,
@@ -382,16 +425,21 @@ async def _policy(
         except (LocalModelError, ModelResolutionError) as error:
             raise RunFailed(str(error), hint="nothing was dispatched") from None
         recorder = _recorder(plan, redactor)
-        try:
-            if recorder.mode != "replay":  # a replay never calls the model: it may be down
-                log(f"checking model {model_path}")
-                await preflight(target, redact=redactor.redact)
-        except ModelPreflightError as error:
-            raise RunFailed(
-                f"model pre-flight failed for {model_path}: {redactor.redact(str(error))}",
-                code="VALIDATION",
-                hint="nothing was dispatched; fix the model settings and run again",
-            ) from None
+
+        async def check_model() -> None:
+            if recorder.mode == "replay":  # a replay never calls the model: it may be down
+                return
+            log(f"checking model {model_path}")
+            try:
+                result = await preflight(target, redact=redactor.redact)
+            except ModelPreflightError as error:
+                raise RunFailed(
+                    f"model pre-flight failed for {model_path}: {redactor.redact(str(error))}",
+                    code="VALIDATION",
+                    hint="nothing was dispatched; fix the model settings and run again",
+                ) from None
+            log(f"model {model_path} answered the pre-flight in {result.latency_ms:.0f} ms")
+
         stall = plan.options.stall_after_s
         evaluation = plan.config.evaluation
         budget = plan.budget
@@ -445,7 +493,7 @@ async def _policy(
             )
         if budget.limited:
             log(f"budget: {_describe_budget(budget, spent)}")
-        yield bridge
+        yield bridge, check_model
 
 
 def _recorder(plan: RunPlan, redactor: Redactor) -> CallRecorder:

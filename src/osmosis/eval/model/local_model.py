@@ -495,7 +495,7 @@ class LocalModelServer:
     def _wait_healthy(self) -> None:
         import httpx  # only the parent that starts a server pays for it
 
-        with httpx.Client(timeout=1.0) as client:
+        with httpx.Client(timeout=1.0, trust_env=False, verify=False) as client:  # plain loopback
             while True:
                 try:
                     status = client.get(self.url + "/health").status_code
@@ -510,7 +510,7 @@ class LocalModelServer:
     async def _wait_healthy_async(self) -> None:
         import httpx
 
-        async with httpx.AsyncClient(timeout=1.0) as client:
+        async with httpx.AsyncClient(timeout=1.0, trust_env=False, verify=False) as client:
             while True:
                 try:
                     status = (await client.get(self.url + "/health")).status_code

@@ -21,14 +21,15 @@ import json
 import time
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from osmosis.eval.model.providers import Completion, ModelTarget, ProviderError
 from osmosis.loopback import is_loopback_url
 from osmosis.rollout.http1 import ConnectFailed, Http1Client, TransportFailed, encode_headers
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["OpenAIWireTransport", "error_from_response", "retry_after_seconds"]
 
@@ -117,9 +118,6 @@ class OpenAIWireTransport:
             headers["authorization"] = f"Bearer {target.api_key}"
         self._headers = headers
         self._total_timeout = target.timeout
-        self._timeout = aiohttp.ClientTimeout(
-            total=target.timeout, sock_connect=min(_CONNECT_TIMEOUT, target.timeout)
-        )
         # Proxy variables are for reaching the internet; a loopback server is reached directly.
         self._trust_env = not is_loopback_url(self._base)
         self._session: aiohttp.ClientSession | None = None
@@ -129,7 +127,11 @@ class OpenAIWireTransport:
         self._lean_headers = encode_headers(headers)
 
     def _client(self) -> aiohttp.ClientSession:
-        # Made on first use: aiohttp wants its session created inside the running loop.
+        # Made on first use: aiohttp wants its session created inside the running loop. And
+        # imported only then: its import (~0.15 s, CA certificates loaded) is a quarter of a
+        # short run's start, and only a provider behind a proxy needs it.
+        import aiohttp
+
         session = self._session
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(
@@ -141,7 +143,10 @@ class OpenAIWireTransport:
             session = aiohttp.ClientSession(
                 connector=connector,
                 headers=self._headers,
-                timeout=self._timeout,
+                timeout=aiohttp.ClientTimeout(
+                    total=self._total_timeout,
+                    sock_connect=min(_CONNECT_TIMEOUT, self._total_timeout),
+                ),
                 trust_env=self._trust_env,
                 auto_decompress=True,
             )
@@ -198,6 +203,8 @@ class OpenAIWireTransport:
         return reply.status, reply.body, reply.headers
 
     async def _post_aiohttp(self, content: bytes) -> tuple[int, bytes, Mapping[str, str]]:
+        import aiohttp  # imported by `_client` already
+
         try:
             async with self._client().post(self._url, data=content) as response:
                 raw = await response.read()

@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import re
 import signal
@@ -50,11 +51,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-import httpx
-
 from osmosis.eval.errors import HostError
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.rollout.http1 import Http1Client, TransportFailed
 
 PROVIDER_CREDENTIAL_VARIABLES = frozenset(
     {
@@ -434,10 +434,14 @@ class RolloutProcess:
 
         (await process.health())["status"]  # 'ok'
         """
-        async with self._http(timeout=_HEALTH_REQUEST_SEC) as client:
-            response = await client.get(f"{self._health_url}/health")
-        response.raise_for_status()
-        document: dict[str, Any] = response.json()
+        client = self._http()
+        try:
+            reply = await client.request("GET", "/health", timeout=_HEALTH_REQUEST_SEC)
+        finally:
+            await client.aclose()
+        if reply.status != 200:
+            raise TransportFailed(f"rollout {self.name!r}: GET /health answered {reply.status}")
+        document: dict[str, Any] = json.loads(reply.body)
         return document
 
     # --- stopping ----------------------------------------------------------------------------
@@ -483,7 +487,8 @@ class RolloutProcess:
     async def _wait_healthy(self, budget_sec: float) -> None:
         deadline = time.monotonic() + budget_sec
         interval = 0.05
-        async with self._http() as client:
+        client = self._http()
+        try:
             while True:
                 if self._exited.is_set():
                     await asyncio.to_thread(self._reader.join, _READER_JOIN_SEC)  # final lines
@@ -507,19 +512,24 @@ class RolloutProcess:
                     wait = min(interval, max(deadline - time.monotonic(), 0))
                     await asyncio.wait_for(self._exited.wait(), timeout=wait)
                 interval = min(interval * 1.5, 0.5)
+        finally:
+            await client.aclose()
 
-    def _http(self, timeout: float | None = None) -> httpx.AsyncClient:
-        # No proxy for loopback; a sandboxed server answers on its Unix socket.
-        transport = (
-            httpx.AsyncHTTPTransport(uds=str(self.socket_path)) if self.socket_path else None
+    def _http(self) -> Http1Client:
+        # The project's lean client, not httpx: httpx's import pulls in its own command line
+        # (rich, click, pygments), ~0.2 s of a short run's start. No proxy: loopback, or the
+        # sandboxed server's Unix socket.
+        return Http1Client(
+            self._health_url,
+            unix_socket=str(self.socket_path) if self.socket_path else None,
+            connect_timeout=_HEALTH_REQUEST_SEC,
         )
-        return httpx.AsyncClient(timeout=timeout, trust_env=False, transport=transport)
 
-    async def _answers_health(self, client: httpx.AsyncClient, request_sec: float) -> bool:
+    async def _answers_health(self, client: Http1Client, request_sec: float) -> bool:
         try:
-            response = await client.get(f"{self._health_url}/health", timeout=request_sec)
-            body = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            reply = await client.request("GET", "/health", timeout=request_sec)
+            body = json.loads(reply.body) if reply.status == 200 else None
+        except (TransportFailed, TimeoutError, ValueError):
             return False
         if not isinstance(body, dict):
             return False

@@ -1,0 +1,318 @@
+"""Time to the first result: the fixed cost of `osmosis eval run` by phase, on every path.
+
+    .venv/bin/python bench/start.py [--cases fixed,sandbox,latency,platform] [--repeat 5]
+
+Every figure is set beside a limit measured in the same run (issue 30):
+
+  fixed     a 1-row `eval run` (scripted model, 0 ms): the whole command, and its phases
+            read from the run's own log and journal (`logs.txt` stamps each line):
+              start      interpreter, imports, config and dataset, run directory
+              bridge     the model bridge, the environment check
+              servers    the rollout server's start (the model's pre-flight runs alongside)
+              dispatch   server healthy → the first attempt sent
+              attempts   the first attempt sent → the last one recorded
+              exit       the last record → the process gone (outputs, servers stopped)
+            against a bare client's whole command: the interpreter, aiohttp and one chat
+            call (`bench/engine.py`'s client). Fixed cost = whole - attempts.
+  sandbox   the same run with `--sandbox` (the bubblewrap site), against `fixed`.
+  latency   200 ms model latency, 500 rows, 64 in flight: the whole command against the
+            ideal (rows / concurrency x latency), the bare client's whole command beside.
+  platform  the embedded platform (`server start --detach`), the same 1-row workspace with
+            its environment cached by a first run: `eval submit` → first attempt recorded,
+            and → finished, against `eval run`'s whole command.
+
+The Ray executor's per-attempt figures are `bench/ray.py --cases overhead`.
+Median of `--repeat` runs, the range beside it; the load average is printed: 2 shared
+cores, so a figure taken under load says more about the neighbours than about osmosis.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, bench/ comes first on sys.path, and bench/platform.py would shadow the
+# standard library's `platform` (which aiohttp, httpx and uuid import).
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+# ruff: noqa: E402
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime
+from types import ModuleType
+
+from osmosis.testing import FakeModelServer
+
+CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
+PHASES = ("start", "bridge", "servers", "dispatch", "attempts", "exit")
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A sibling bench script as a module (not by import: bench/ is kept off sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+engine = _bench_module("engine")
+
+
+def _stamp(line: str) -> float:
+    return datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
+
+
+def phases(run_dir: Path, began: float, ended: float) -> dict[str, float]:
+    """Seconds of each phase of one run, from its log's stamps and its journal."""
+    marks: dict[str, float] = {}
+    for line in (run_dir / "logs.txt").read_text().splitlines():
+        text = line.split(" ", 1)[1]
+        if "work items pending" in text and "pending" not in marks:
+            marks["pending"] = _stamp(line)
+        elif text.startswith("starting rollout server") and "starting" not in marks:
+            marks["starting"] = _stamp(line)
+        elif text.startswith("rollout server") and "healthy at" in text:
+            marks["healthy"] = _stamp(line)
+    records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    ends = [datetime.fromisoformat(r["finished_at"]).timestamp() for r in records]
+    starts = [end - r["duration_ms"] / 1000 for end, r in zip(ends, records, strict=True)]
+    first, last = min(starts), max(ends)
+    return {
+        "start": marks["pending"] - began,
+        "bridge": marks["starting"] - marks["pending"],
+        "servers": marks["healthy"] - marks["starting"],
+        "dispatch": first - marks["healthy"],
+        "attempts": last - first,
+        "exit": ended - last,
+    }
+
+
+def eval_run(workdir: Path, model: FakeModelServer, name: str, *extra: str) -> dict[str, float]:
+    """One `eval run` of the workspace in `workdir`: its whole wall time and its phases."""
+    env = {**os.environ, "OPENAI_API_BASE": model.base_url, "OPENAI_API_KEY": "sk-bench"}
+    command = [*CLI, "eval", "run", "configs/eval/bench.toml", "--name", name, "-y", *extra]
+    began = time.time()
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+    ended = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"eval run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    figures = phases(workdir / ".osmosis" / "evals" / name, began, ended)
+    figures["whole"] = ended - began
+    figures["fixed"] = figures["whole"] - figures["attempts"]
+    return figures
+
+
+def bare_client(model: FakeModelServer, calls: int, concurrency: int) -> float:
+    """The whole command of the bare client making `calls` chat calls."""
+    began = time.time()
+    subprocess.run(
+        [sys.executable, "-c", engine.BARE_CLIENT, model.base_url, str(calls), str(concurrency)],
+        capture_output=True,
+        check=True,
+    )
+    return time.time() - began
+
+
+def median_of(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3f}-{max(values):.3f}"
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def add(self, case: str, figure: str, limit: str, ratio: str) -> None:
+        self.rows.append((case, figure, limit, ratio))
+        print(f"  {case}: {figure} | {limit} | {ratio}", file=sys.stderr, flush=True)
+
+    def print(self) -> None:
+        print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (2 cores)")
+        header = ("case", "osmosis", "limit (same run)", "ratio (target)")
+        widths = [max(len(r[i]) for r in [header, *self.rows]) for i in range(4)]
+        for row in [header, *self.rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def one_row_workspace(root: Path) -> Path:
+    """The engine bench's one-call rollout with 4 rows (the dataset minimum), 1 of them run."""
+    engine.make_workspace(root, 4, 1)
+    return root
+
+
+def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[dict[str, float]]:
+    label = "eval run --sandbox" if extra else "eval run"
+    runs: list[dict[str, float]] = []
+    bares: list[float] = []
+    with FakeModelServer() as model, tempfile.TemporaryDirectory() as scratch:
+        workdir = one_row_workspace(Path(scratch))
+        eval_run(workdir, model, "warm", *extra)  # the page cache, the environment check
+        for index in range(repeat):
+            bares.append(bare_client(model, 1, 1))
+            runs.append(eval_run(workdir, model, f"run{index}", *extra))
+    bare = statistics.median(bares)
+    whole = median_of(runs, "whole")
+    table.add(
+        f"{label}, 1 row: whole command",
+        f"{whole:.3f} s ({spread([r['whole'] for r in runs])})",
+        f"bare client {bare:.3f} s",
+        f"{whole / bare:.1f}x (<= 3x)",
+    )
+    fixed = median_of(runs, "fixed")
+    table.add(
+        f"{label}, 1 row: fixed cost",
+        f"{fixed:.3f} s",
+        f"bare client {bare:.3f} s",
+        f"{'<=' if fixed <= 0.6 else '>'} 0.6 s target",
+    )
+    for phase in PHASES:
+        table.add(f"  phase {phase}", f"{median_of(runs, phase):.3f} s", "", "")
+    return runs
+
+
+def case_sandbox(table: Table, repeat: int) -> None:
+    plain = case_fixed(Table(), repeat)
+    boxed = case_fixed(table, repeat, ("--sandbox",))
+    extra = median_of(boxed, "servers") - median_of(plain, "servers")
+    table.add(
+        "sandbox start over unsandboxed",
+        f"{extra * 1000:+.0f} ms",
+        f"unsandboxed servers phase {median_of(plain, 'servers'):.3f} s",
+        f"{'<=' if extra <= 0.05 else '>'} 50 ms target",
+    )
+
+
+def case_latency(table: Table, repeat: int) -> None:
+    rows, concurrency, latency = 500, 64, 0.2
+    ideal = rows / concurrency * latency
+    runs: list[dict[str, float]] = []
+    bares: list[float] = []
+    with FakeModelServer(latency=latency) as model, tempfile.TemporaryDirectory() as scratch:
+        workdir = Path(scratch)
+        engine.make_workspace(workdir, rows)
+        eval_run(workdir, model, "warm", "--max-in-flight", str(concurrency))
+        for index in range(repeat):
+            bares.append(bare_client(model, rows, concurrency))
+            runs.append(eval_run(workdir, model, f"run{index}", "--max-in-flight", "64"))
+    whole = median_of(runs, "whole")
+    bare = statistics.median(bares)
+    table.add(
+        f"eval run {latency * 1000:.0f} ms, {rows} rows, c={concurrency}: whole",
+        f"{whole:.2f} s ({spread([r['whole'] for r in runs])})",
+        f"ideal {ideal:.2f} s; bare client {bare:.2f} s = {bare / ideal:.2f}x",
+        f"{whole / ideal:.2f}x (<= 1.6x)",
+    )
+    table.add(
+        "  its dispatch (first start → last end)",
+        f"{median_of(runs, 'attempts'):.2f} s",
+        f"ideal {ideal:.2f} s",
+        f"{median_of(runs, 'attempts') / ideal:.3f}x (<= 1.1x)",
+    )
+
+
+def case_platform(table: Table, repeat: int) -> None:
+    platform = _bench_module("platform")
+    from osmosis.client import PlatformClient
+    from osmosis.vocabulary import TERMINAL_RUN_STATUSES
+
+    with FakeModelServer() as model, tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        tree = platform.make_workspace(root, 4, 4)
+        config = tree / "configs" / "eval" / "bench.toml"
+        config.write_text(config.read_text().replace("limit = 4", "limit = 1"))
+        platform.git("commit", "-qam", "one row", cwd=tree)
+        platform.git("push", "-q", cwd=tree)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+        env.update(
+            OPENAI_API_BASE=model.base_url,
+            OPENAI_API_KEY="sk-bench",
+            OSMOSIS_HOME=str(root / "home"),
+            OSMOSIS_CONFIG_DIR=str(root / "config"),
+        )
+        local = [eval_run(tree, model, f"local{i}") for i in range(repeat)]
+        platform.osmosis("server", "start", "--detach", "--port", str(platform.free_port()),
+                         cwd=root, env=env)  # fmt: skip
+        try:
+            platform.osmosis("dataset", "upload", "data/bench.jsonl", "-y", cwd=tree, env=env)
+            credentials = json.loads((root / "home" / "credentials.json").read_text())
+            firsts: list[float] = []
+            finishes: list[float] = []
+            submits: list[float] = []
+            with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
+                for index in range(repeat + 1):  # the first one builds the environment
+                    began = time.time()
+                    out = platform.osmosis("--json", "eval", "submit", "configs/eval/bench.toml",
+                                           "-y", cwd=tree, env=env)  # fmt: skip
+                    submitted = time.time() - began
+                    name = json.loads(out)["resource"]["name"]
+                    first = None
+                    while True:
+                        detail = client.runs.get(name)
+                        if first is None and detail.eval_run.summary.progress.completed > 0:
+                            first = time.time() - began
+                        if detail.eval_run.status in TERMINAL_RUN_STATUSES:
+                            break
+                        time.sleep(0.02)
+                    if detail.eval_run.status != "finished":
+                        raise SystemExit(f"platform run {name} ended {detail.eval_run.status}")
+                    if index:
+                        submits.append(submitted)
+                        firsts.append(first if first is not None else time.time() - began)
+                        finishes.append(time.time() - began)
+        finally:
+            platform.osmosis("server", "stop", cwd=root, env=env)
+    whole = median_of(local, "whole")
+    table.add(
+        "platform: eval submit command",
+        f"{statistics.median(submits):.3f} s ({spread(submits)})",
+        f"eval run whole {whole:.3f} s",
+        "",
+    )
+    table.add(
+        "platform: submit → first attempt recorded",
+        f"{statistics.median(firsts):.3f} s ({spread(firsts)})",
+        f"eval run whole {whole:.3f} s",
+        f"{'<=' if statistics.median(firsts) <= 1.5 else '>'} 1.5 s target",
+    )
+    table.add(
+        "platform: submit → finished (1 row)",
+        f"{statistics.median(finishes):.3f} s ({spread(finishes)})",
+        f"eval run whole {whole:.3f} s",
+        f"{statistics.median(finishes) / whole:.2f}x",
+    )
+
+
+CASES: dict[str, Callable[[Table, int], object]] = {
+    "fixed": case_fixed,
+    "sandbox": case_sandbox,
+    "latency": case_latency,
+    "platform": case_platform,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    table = Table()
+    for case in args.cases.split(","):
+        CASES[case](table, args.repeat)
+    table.print()
+
+
+if __name__ == "__main__":
+    main()
