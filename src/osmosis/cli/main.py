@@ -11,7 +11,7 @@ import sys
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -249,4 +249,25 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
 
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    _exit_now(main())
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown: freeing a thousand imported
+    modules one by one takes ~0.15 s, a tenth of a short `eval run`, and the OS frees all of
+    it at once. What a command wrote is closed (and the journal synced) before `main`
+    returns; the rest of a normal exit still happens here: other threads are waited for, the
+    exit handlers run (logging and tracing flush), the standard streams are flushed."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`osmosis ... | head`)
+            code = code or 1
+    os._exit(code)
