@@ -1,12 +1,27 @@
 """Record and replay of the bridge's model calls (issue 28, part 2).
 
 Every call the bridge answers with a completion is appended to the run's record,
-`model_calls.jsonl` in the run directory, one JSON line per call as it completes:
+`model_calls.jsonl` in the run directory, one JSON line per call as it completes. The first
+call of an attempt is written whole (`"v": 1`, the only form records had before deltas):
 
     {"v": 1, "key": {"row": 3, "run": 1, "call": 0}, "digest": "sha256:…",
      "request": {"model": "openai/gpt-4o-mini", "messages": [...], "temperature": 0.7},
      "response": {"id": "chatcmpl-…", "choices": [...], "usage": {...}},
      "source": "provider", "at": "2026-12-05T00:00:00+00:00"}
+
+An agent resends its whole conversation on every call, so whole lines would make an attempt of
+k turns hold O(k²) messages. A call whose conversation extends the one its attempt sent last
+(that call's messages are a prefix of this one's: the agent appended the answer and what
+followed) is written as a delta (`"v": 2`): its request without `messages`, and
+
+    "delta": {"base": "sha256:<the previous call's digest>", "shared": 12, "messages": [...]}
+
+meaning: the first `shared` messages of the request written on the line before it for the same
+attempt (row, run index; `base` is that line's digest, checked on reading), then `messages`.
+A call that is not an extension (the agent rewrote its history), or the first one a process
+writes for an attempt (a resumed run starts each attempt whole), is written whole. Lines of
+different attempts interleave; `read_record` rebuilds every request whole, and every reader
+of the file goes through it. The digest is always that of the whole normalised request.
 
 The *attempt key* is (dataset row, run index, call sequence): which attempt made the call and
 its index among that attempt's calls. The row and run index come from what the engine
@@ -32,6 +47,10 @@ Secrets never enter a record: the request and the response are passed through th
 redactor (`redact`, the same one trajectories use) before they are digested and written, so
 the digest matches between runs that share their secrets and reveals nothing of them.
 
+A crash may leave the last line cut short: reading skips it (the calls before it stand), and
+the next run to append to the file (a resume) first cuts it off, so it never ends up between
+whole lines.
+
     recorder = CallRecorder(run_dir / RECORD_FILE, mode="replay", sources=[earlier])
     recorder.assign(rollout_id, row=3, run=1)        # as the attempt is admitted
     key = recorder.next_key(rollout_id)              # per call: AttemptKey(3, 1, 0)
@@ -40,10 +59,11 @@ the digest matches between runs that share their secrets and reveals nothing of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,7 +77,9 @@ __all__ = [
     "CallRecorder",
     "Miss",
     "RecordError",
+    "RecordedCall",
     "normalise",
+    "read_record",
     "request_digest",
 ]
 
@@ -68,6 +90,9 @@ RECORD_FILE = "model_calls.jsonl"
 CACHE_MISS = "cache_miss"
 """The error code of a call replay mode cannot answer from the record."""
 _VERSION = 1
+"""A line with its request whole."""
+_DELTA_VERSION = 2
+"""A line whose messages are a delta on its attempt's previous line."""
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
 
@@ -116,6 +141,136 @@ def request_digest(normalised: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """One line of a record, its request whole again (`read_record`)."""
+
+    key: AttemptKey
+    digest: str
+    """The digest of `request` as it was sent (normalised and redacted)."""
+    request: dict[str, Any]
+    """The normalised request, messages and all, whatever form the line took."""
+    response: dict[str, Any]
+    source: str
+    """`provider` or `record` (answered from a record)."""
+    at: str
+    """When the call was written (ISO 8601; "" when the line does not say)."""
+    line: int
+    """The line's number in the file, from 1."""
+
+
+def read_record(path: Path) -> Iterator[RecordedCall]:
+    """Every call of the record at `path`, in file order, each request rebuilt whole: the one
+    reading of `model_calls.jsonl` (whole lines of any version and deltas alike).
+
+    A last line that is not a record line is skipped (cut short by a crash); any other raises
+    `RecordError` naming the file and line, as does a delta whose base is not the line before
+    it of the same attempt. Memory follows the attempts, not the calls: only each attempt's
+    latest conversation is kept to rebuild the next delta on.
+    """
+    latest: dict[tuple[int, int], tuple[str, list[Any]]] = {}
+    bad: tuple[int, str] | None = None  # a bad line is only forgiven when no line follows it
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                if bad is not None:
+                    break
+                try:
+                    call = _rebuild(json.loads(line), number, latest)
+                except json.JSONDecodeError:
+                    bad = (number, "not JSON")
+                except KeyError as error:
+                    bad = (number, f"no {error.args[0]!r}")
+                except (ValueError, TypeError) as error:
+                    bad = (number, str(error))
+                else:
+                    if call is not None:
+                        yield call
+            else:
+                return
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordError(f"cannot read the model call record {path}: {error}") from None
+    assert bad is not None
+    raise RecordError(f"{path}:{bad[0]} is not a model call record line: {bad[1]}")
+
+
+def _rebuild(
+    entry: Any, number: int, latest: dict[tuple[int, int], tuple[str, list[Any]]]
+) -> RecordedCall | None:
+    """One parsed line as a call, its request whole (None: a line of no use, skipped as
+    before deltas); raises ValueError, KeyError or TypeError for a line that is not one."""
+    if not isinstance(entry, dict):
+        raise TypeError("not a JSON object")
+    key = AttemptKey(**{k: int(entry["key"][k]) for k in ("row", "run", "call")})
+    digest, response, request = entry["digest"], entry["response"], entry["request"]
+    if not isinstance(request, dict):
+        raise TypeError("request must be an object")
+    delta = entry.get("delta")
+    if delta is not None:
+        previous = latest.get((key.row, key.run))
+        shared, new = delta["shared"], delta["messages"]
+        if previous is None or previous[0] != delta["base"]:
+            raise ValueError(
+                f"delta.base must be the digest of the line before it for row {key.row}, "
+                f"run {key.run}, which is {previous[0] if previous else 'not there'}"
+            )
+        if not isinstance(shared, int) or not 0 <= shared <= len(previous[1]):
+            raise ValueError(
+                f"delta.shared must be a count from 0 to {len(previous[1])}, got {shared!r}"
+            )
+        if not isinstance(new, list):
+            raise TypeError("delta.messages must be a list")
+        request = {**request, "messages": [*previous[1][:shared], *new]}
+    if not isinstance(digest, str) or not isinstance(response, dict):
+        return None
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        latest[(key.row, key.run)] = (digest, messages)
+    else:
+        latest.pop((key.row, key.run), None)
+    source, at = entry.get("source"), entry.get("at")
+    return RecordedCall(
+        key=key,
+        digest=digest,
+        request=request,
+        response=response,
+        source=source if isinstance(source, str) else "provider",
+        at=at if isinstance(at, str) else "",
+        line=number,
+    )
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Cut off a last line a crash left without its newline, so that what is appended next
+    starts a line of its own (else the two would run together into one bad line)."""
+    try:
+        handle = path.open("r+b")
+    except FileNotFoundError:
+        return
+    with handle:
+        end = handle.seek(0, 2)
+        if end == 0:
+            return
+        handle.seek(end - 1)
+        if handle.read(1) == b"\n":
+            return
+        position = end
+        while position > 0:  # back, a block at a time, to the newline ending the last whole line
+            start = max(position - 65536, 0)
+            handle.seek(start)
+            block = handle.read(position - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                handle.truncate(start + newline + 1)
+                break
+            position = start
+        else:
+            handle.truncate(0)
+    logger.warning("model bridge: cut off a torn last line of %s (a crash mid-write)", path)
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -152,6 +307,9 @@ class CallRecorder:
         self._attempts: dict[str, tuple[int, int]] = {}
         self._sequence: dict[str, int] = {}
         self._file: IO[str] | None = None
+        self._latest: dict[tuple[int, int], tuple[str, list[Any]]] = {}
+        """Per attempt (row, run): the digest and messages of the line written last for it,
+        which the attempt's next call may be written as a delta on."""
         self.hits = 0
         """Calls answered from the record."""
         self.misses = 0
@@ -172,23 +330,8 @@ class CallRecorder:
         return sum(len(by_digest) for by_digest in self._answers.values())
 
     def _load(self, source: Path) -> None:
-        try:
-            lines = source.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as error:
-            raise RecordError(f"cannot read the model call record {source}: {error}") from None
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-                key = AttemptKey(**{k: int(entry["key"][k]) for k in ("row", "run", "call")})
-                digest, response = entry["digest"], entry["response"]
-            except (ValueError, KeyError, TypeError):
-                if number == len(lines):
-                    continue  # a line cut short by a crash: the calls before it stand
-                raise RecordError(f"{source}:{number} is not a model call record line") from None
-            if isinstance(digest, str) and isinstance(response, dict):
-                self._answers.setdefault(key, {})[digest] = response
+        for call in read_record(source):
+            self._answers.setdefault(call.key, {})[call.digest] = call.response
 
     # -- attempts --------------------------------------------------------------------------------
     def assign(self, rollout_id: str, *, row: int, run: int) -> None:
@@ -208,8 +351,10 @@ class CallRecorder:
 
     def forget(self, rollout_id: str) -> None:
         """Drop what is kept for `rollout_id` (its attempt is recorded or given up)."""
-        self._attempts.pop(rollout_id, None)
+        attempt = self._attempts.pop(rollout_id, None)
         self._sequence.pop(rollout_id, None)
+        if attempt is not None:
+            self._latest.pop(attempt, None)
 
     # -- answers ---------------------------------------------------------------------------------
     def prepare(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -250,19 +395,43 @@ class CallRecorder:
             self._answers.setdefault(key, {})[digest] = redacted
         if self.path is None:
             return
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
-        entry = {
-            "v": _VERSION,
-            "key": key.as_dict(),
-            "digest": digest,
-            "request": normalised,
-            "response": redacted,
-            "source": source,
-            "at": datetime.now(UTC).isoformat(),
-        }
-        self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+        attempt = (key.row, key.run)
+        messages = normalised.get("messages")
+        previous = self._latest.get(attempt)
+        entry: dict[str, Any] = {"v": _VERSION, "key": key.as_dict(), "digest": digest}
+        if (
+            isinstance(messages, list)
+            and previous is not None
+            and 0 < len(previous[1]) <= len(messages)
+            and messages[: len(previous[1])] == previous[1]
+        ):
+            shared = len(previous[1])
+            entry["v"] = _DELTA_VERSION
+            entry["request"] = {k: v for k, v in normalised.items() if k != "messages"}
+            entry["delta"] = {"base": previous[0], "shared": shared, "messages": messages[shared:]}
+        else:
+            entry["request"] = normalised
+        entry.update(response=redacted, source=source, at=datetime.now(UTC).isoformat())
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _cut_torn_tail(self.path)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(line)
+        except OSError:
+            # What reached the file is unknown: reopened, its torn tail is cut off, and no
+            # later line may be a delta on a line that may be missing.
+            self._latest.clear()
+            file, self._file = self._file, None
+            if file is not None:
+                with contextlib.suppress(OSError):
+                    file.close()
+            raise
+        if isinstance(messages, list):
+            self._latest[attempt] = (digest, list(messages))
+        else:
+            self._latest.pop(attempt, None)
         self.written += 1
 
     def keep(
@@ -286,7 +455,9 @@ class CallRecorder:
             self._file.flush()
 
     def close(self) -> None:
-        """Flush and close the file; later writes open it again."""
+        """Flush and close the file; later writes open it again (and start each attempt
+        whole: the file may have changed meanwhile)."""
         file, self._file = self._file, None
+        self._latest.clear()
         if file is not None:
             file.close()
