@@ -7,7 +7,8 @@
 
 The entrypoint is exec'd directly (`<python> main.py`, no shell, no `uv run`) in the rollout
 directory, with the supervisor's variables (`_OSMOSIS_ROLLOUT_PORT`,
-`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`, `_OSMOSIS_ROLLOUT_INSTANCE_ID`, `PYTHONUNBUFFERED=1`) and the
+`_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`, `_OSMOSIS_ROLLOUT_INSTANCE_ID`, `_OSMOSIS_ROLLOUT_READY_FD`,
+`PYTHONUNBUFFERED=1`) and the
 offline settings (`OFFLINE_DEFAULTS`: LiteLLM's bundled price map instead of a download at
 import, no Hugging Face telemetry, `DO_NOT_TRACK`), which the inherited environment or the
 run's `[env]` may override.
@@ -19,6 +20,12 @@ the run's `[env]` table and resolved secrets, which win over both removals. A ro
 the model only through the bridge; a provider key it really needs must be passed explicitly.
 In a uv venv, `PYTHONPATH`/`PYTHONHOME`/`CONDA_PREFIX` are dropped and `VIRTUAL_ENV`/`PATH`
 point at the venv, as activation would.
+
+Readiness is signalled, not only polled: the child inherits the write end of a pipe
+(`READY_FD_ENV` names it) and our SDK's server writes to it once its application has started,
+a few milliseconds before it listens; from then on `GET /health` is tried every few
+milliseconds. A server that does not know the pipe (the osmosis-ai SDK's) is polled, from
+every 20 ms up to every 0.1 s.
 
 The child never outlives the engine: it leads its own process group (so a terminal Ctrl-C
 reaches only the engine, which then stops it in order), on Linux the kernel SIGKILLs it when
@@ -120,6 +127,11 @@ _MAX_PENDING_LINES = 10_000  # lines waiting for a slow log; beyond that the old
 _READER_JOIN_SEC = 2.0
 _KILL_WAIT_SEC = 10.0
 _HEALTH_REQUEST_SEC = 2.0
+READY_FD_ENV = "_OSMOSIS_ROLLOUT_READY_FD"
+"""The descriptor a rollout server writes to once it is about to listen (`osmosis.rollout`)."""
+_POLL_FIRST_SEC = 0.02
+_POLL_MAX_SEC = 0.1
+_POLL_SIGNALLED_SEC = 0.003
 _PR_SET_PDEATHSIG = 1
 _OWN_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 # The last line of a Python traceback ("ValueError: boom"), or a line that says it is an error.
@@ -227,8 +239,10 @@ class RolloutProcess:
         redactor: Redactor,
         loop: asyncio.AbstractEventLoop,
         socket_path: Path | None = None,
+        ready_fd: int | None = None,
     ) -> None:
         self._popen = popen
+        self._ready_fd = ready_fd
         self.name = name
         self.port = port
         self.pid = popen.pid
@@ -338,9 +352,12 @@ class RolloutProcess:
             artifact_root=artifact_root,
             instance_id=instance_id,
         )
+        ready_read, ready_write = os.pipe()
+        child_env[READY_FD_ENV] = str(ready_write)
         launch = Launch([str(environment.python), str(entrypoint_path)], child_env, rollout_dir)
         if wrap is not None:
             launch = wrap(launch)
+        launch.pass_fds = (*launch.pass_fds, ready_write)
         try:
             popen = subprocess.Popen(
                 launch.argv,
@@ -354,11 +371,14 @@ class RolloutProcess:
                 preexec_fn=_chain(_die_with_parent_hook(), launch.preexec),
             )
         except (OSError, subprocess.SubprocessError) as exc:  # e.g. the interpreter was deleted
+            os.close(ready_read)
             raise RolloutStartError(
                 f"rollout {rollout_dir.name!r}: cannot execute {launch.argv[0]}: {exc}",
                 returncode=None,
                 output=[],
             ) from exc
+        finally:
+            os.close(ready_write)  # the child's now: its end-of-file is the child's exit
         _LIVE[popen.pid] = popen
         if launch.started is not None:
             try:
@@ -367,6 +387,7 @@ class RolloutProcess:
                 _signal_group(popen.pid, signal.SIGKILL)
                 popen.wait()
                 _LIVE.pop(popen.pid, None)
+                os.close(ready_read)
                 raise
         return cls(
             popen,
@@ -377,6 +398,7 @@ class RolloutProcess:
             redactor=redactor,
             loop=asyncio.get_running_loop(),
             socket_path=launch.socket_path,
+            ready_fd=ready_read,
         )
 
     # --- state -------------------------------------------------------------------------------
@@ -452,6 +474,7 @@ class RolloutProcess:
 
         await process.stop()
         """
+        self._close_ready_pipe()
         try:
             if not self._stop_requested:
                 self._stop_requested = True
@@ -486,7 +509,10 @@ class RolloutProcess:
 
     async def _wait_healthy(self, budget_sec: float) -> None:
         deadline = time.monotonic() + budget_sec
-        interval = 0.05
+        interval = _POLL_FIRST_SEC
+        signalled = asyncio.Event()
+        if self._ready_fd is not None:
+            self._loop.add_reader(self._ready_fd, signalled.set)
         client = self._http()
         try:
             while True:
@@ -508,12 +534,20 @@ class RolloutProcess:
                     )
                 if await self._answers_health(client, min(_HEALTH_REQUEST_SEC, remaining)):
                     return
-                with contextlib.suppress(TimeoutError):
-                    wait = min(interval, max(deadline - time.monotonic(), 0))
-                    await asyncio.wait_for(self._exited.wait(), timeout=wait)
-                interval = min(interval * 1.5, 0.5)
+                if signalled.is_set():  # the server is about to listen, or it exited
+                    interval = _POLL_SIGNALLED_SEC
+                wait = min(interval, max(deadline - time.monotonic(), 0))
+                await _first_of(self._exited, signalled, timeout=wait)
+                interval = min(interval * 1.5, _POLL_MAX_SEC)
         finally:
+            self._close_ready_pipe()
             await client.aclose()
+
+    def _close_ready_pipe(self) -> None:
+        fd, self._ready_fd = self._ready_fd, None
+        if fd is not None:
+            self._loop.remove_reader(fd)
+            os.close(fd)
 
     def _http(self) -> Http1Client:
         # The project's lean client, not httpx: httpx's import pulls in its own command line
@@ -594,6 +628,19 @@ class RolloutProcess:
         self._popen.wait()
         with contextlib.suppress(RuntimeError):  # loop closed: no one is waiting any more
             self._loop.call_soon_threadsafe(self._exited.set)
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """Return when any of `events` is set, or after `timeout` seconds."""
+    if any(event.is_set() for event in events):
+        await asyncio.sleep(timeout)  # a set event must not turn the wait into a spin
+        return
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def last_error_line(lines: Iterable[str]) -> str | None:

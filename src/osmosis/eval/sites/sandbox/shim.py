@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import signal
 import socket
@@ -103,13 +104,30 @@ async def _serve(
             resource.setrlimit(kind, (value, value + _HARD_MARGIN.get(name, 0)))
 
     # The listening descriptor stays with the shim (close_fds): the rollout never holds it.
-    child = subprocess.Popen(command, preexec_fn=set_limits, close_fds=True)  # noqa: ASYNC220
+    # The readiness pipe goes on to the rollout, and the shim keeps no copy of it, so that
+    # its end of file still means the rollout exited.
+    ready = _ready_fd()
+    child = subprocess.Popen(  # noqa: ASYNC220
+        command, preexec_fn=set_limits, close_fds=True, pass_fds=() if ready is None else (ready,)
+    )
+    if ready is not None:
+        os.close(ready)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _relay, child, signum)
     code = await loop.run_in_executor(None, child.wait)
     for server in servers:
         server.close()
     return 128 - code if code < 0 else code
+
+
+def _ready_fd() -> int | None:
+    """The readiness pipe the engine handed down (`_OSMOSIS_ROLLOUT_READY_FD`), if any."""
+    try:
+        fd = int(os.environ.get("_OSMOSIS_ROLLOUT_READY_FD", ""))
+        os.fstat(fd)
+    except (ValueError, OSError):
+        return None
+    return fd
 
 
 def _relay(child: subprocess.Popen[Any], signum: int) -> None:
