@@ -261,9 +261,9 @@ def _exit_now(code: int) -> NoReturn:
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What a normal exit does first: the thread pools' exit hooks (they tell their workers to
+    # stop), then a join of every other non-daemon thread.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
