@@ -58,8 +58,10 @@ from osmosis.vocabulary import LocalRunStatus
 
 if TYPE_CHECKING:
     from osmosis.eval.model.bridge import Budget, ModelBridge, Spend
+    from osmosis.eval.model.bridge_address import BridgeAddress
     from osmosis.eval.model.bridge_record import CallRecorder
     from osmosis.eval.sites.environment import RolloutEnvironment
+    from osmosis.eval.sites.seam import Site
 
 _T = TypeVar("_T")
 
@@ -244,43 +246,67 @@ async def _dispatch(
         else None
     )
     replicas = plan.options.replicas
+    servers = (
+        "one rollout server per Ray node"
+        if replicas is None
+        else "rollout server"
+        if replicas == 1
+        else f"{replicas} rollout servers"
+    )
     async with contextlib.AsyncExitStack() as stack:
-        bridge, check_model = await stack.enter_async_context(
-            _policy(plan, redactor, log, bridge_token, _earlier_spend(report.bridge), observer)
-        )
-        # The model's pre-flight runs while the environment is checked and the rollout
-        # servers start: none needs another, and each costs a few hundred ms of a short run.
-        # Its failure cancels them and is the run's error; nothing is dispatched before it
-        # passed.
-        checking = asyncio.create_task(check_model())
-        stack.push_async_callback(_cancelled, checking)
-        environment = (
-            None
-            if isinstance(spec, RaySiteSpec)
-            else await _unless_failed(
-                checking,
-                prepare_environment_async(
+        # The bridge's address is taken first, so the rollout servers (told it) start while
+        # the bridge sets up its transport and price, or a local model loads; and the model's
+        # pre-flight runs while they start. None needs another, each costs a few hundred ms
+        # of a short run (seconds for a local model). A pre-flight failure cancels the start
+        # and is the run's error; nothing is dispatched before both are done.
+        address = _bridge_address(plan)
+        stack.callback(address.close)  # a no-op once the bridge has started on it
+        started: list[Site] = []
+
+        async def start_servers() -> Site:
+            environment = (
+                None
+                if isinstance(spec, RaySiteSpec)
+                else await prepare_environment_async(
                     plan.rollout_dir,
                     cache_root=cache_root,
                     log=log,
                     scope=_env_scope(plan),
                     checkout=plan.workspace,
                     sandbox=build_sandbox,
-                ),
+                )
+            )
+            log(f"starting {servers} ({plan.config.experiment.entrypoint})")
+            context = _site_context(plan, spec, environment, address, run, reporter, redactor)
+            site = build_site(spec, context)
+            started.append(site)  # stopped on the way out, also when starting fails
+            await site.start(replicas)
+            return site
+
+        async def stop_servers() -> None:
+            while started:
+                await started.pop().stop()
+
+        starting = asyncio.create_task(start_servers())
+        stack.push_async_callback(stop_servers)  # when the bridge could not start
+        stack.push_async_callback(_cancelled, starting)
+        bridge, check_model = await stack.enter_async_context(
+            _policy(
+                plan,
+                redactor,
+                log,
+                bridge_token,
+                _earlier_spend(report.bridge),
+                address,
+                observer,
             )
         )
-        servers = (
-            "one rollout server per Ray node"
-            if replicas is None
-            else "rollout server"
-            if replicas == 1
-            else f"{replicas} rollout servers"
-        )
-        log(f"starting {servers} ({plan.config.experiment.entrypoint})")
-        context = _site_context(plan, spec, environment, bridge, run, reporter, redactor)
-        site = build_site(spec, context)
-        stack.push_async_callback(site.stop)  # also when starting fails or is cancelled
-        await _unless_failed(checking, site.start(replicas))
+        # Stopped before the bridge is: a draining rollout still reaches the model.
+        stack.push_async_callback(stop_servers)
+        stack.push_async_callback(_cancelled, starting)
+        checking = asyncio.create_task(check_model())
+        stack.push_async_callback(_cancelled, checking)
+        site = await _unless_failed(checking, starting)
         await checking
         endpoints = site.endpoints
         replicas = len(endpoints)
@@ -351,6 +377,20 @@ async def _dispatch(
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
+def _bridge_address(plan: RunPlan) -> BridgeAddress:
+    """The model bridge's listening socket, bound now (`BridgeAddress`)."""
+    from osmosis.eval.model.bridge_address import BridgeAddress
+
+    host = plan.options.bridge_host
+    try:
+        return BridgeAddress.listen(host, advertise_url=plan.options.bridge_url)
+    except OSError as error:
+        raise RunFailed(
+            f"the model bridge cannot listen on {host}: {error}",
+            hint="choose another --bridge-host (or OSMOSIS_BRIDGE_HOST)",
+        ) from None
+
+
 async def _unless_failed(check: asyncio.Task[None], work: Awaitable[_T]) -> _T:
     """`work`'s result, unless `check` fails first: then `work` is cancelled and `check`'s
     error raised (a broken model says more than what starting was cut short by it)."""
@@ -388,6 +428,7 @@ async def _policy(
     log: Callable[[str], None],
     token: str,
     spent: Spend,
+    address: BridgeAddress,
     observer: RunObserver | None = None,
 ) -> AsyncIterator[tuple[ModelBridge, Callable[[], Coroutine[Any, Any, None]]]]:
     """The bridge to the run's model (starting the local model first when asked), started,
@@ -476,13 +517,7 @@ async def _policy(
         )
         if observer is not None:
             bridge.observer = BridgeHooks(observer)  # before start: it wraps the transport
-        try:
-            await bridge.start(host=plan.options.bridge_host)
-        except OSError as error:
-            raise RunFailed(
-                f"the model bridge cannot listen on {plan.options.bridge_host}: {error}",
-                hint="choose another --bridge-host (or OSMOSIS_BRIDGE_HOST)",
-            ) from None
+        await bridge.start(address=address)
         stack.push_async_callback(bridge.stop)
         if budget.max_cost_usd is not None and bridge.price is None:
             raise RunFailed(
@@ -567,7 +602,7 @@ def _site_context(
     plan: RunPlan,
     spec: SiteSpec,
     environment: RolloutEnvironment | None,
-    bridge: ModelBridge,
+    bridge: BridgeAddress,
     run: RunDirectory,
     reporter: Reporter,
     redactor: Redactor,

@@ -81,7 +81,6 @@ import asyncio
 import hmac
 import logging
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from datetime import UTC, datetime
@@ -90,6 +89,7 @@ from typing import Any
 
 import pydantic_core
 
+from osmosis.eval.model.bridge_address import BridgeAddress
 from osmosis.eval.model.bridge_budget import Budget, BudgetGuard, Spend
 from osmosis.eval.model.bridge_calls import (
     BridgeStats,
@@ -120,7 +120,6 @@ from osmosis.eval.model.bridge_wire import (
     rollout_of,
     send_bytes,
     send_error,
-    shown_host,
     sse_error,
     sse_stream,
     too_large,
@@ -134,7 +133,6 @@ from osmosis.eval.model.providers import (
     open_transport,
 )
 from osmosis.eval.model.retry import RetriesExhausted, RetryPolicy, call_with_retries
-from osmosis.loopback import is_loopback_url
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -163,7 +161,6 @@ _GRACEFUL_STOP = 3
 _UNAVAILABLE = "provider_unavailable"
 _BUDGET_EXHAUSTED = "budget_exhausted"
 _PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
-_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -239,7 +236,8 @@ class ModelBridge:
         self.retry = retry
         self.heartbeat = heartbeat
         self.advertise_url = advertise_url
-        self._advertised = advertised_root(advertise_url) if advertise_url else None
+        if advertise_url:
+            advertised_root(advertise_url)  # a bad URL is refused here, before anything starts
         self._watch = ProviderWatch(outage_policy, self._probe, scrub=self.scrub)
         self.outage = self._watch.outage
         """Set while the provider is declared down; see the module doc."""
@@ -266,8 +264,12 @@ class ModelBridge:
         self._throttled = 0  # this bridge's calls answered 429 / overloaded
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> ModelBridge:
-        """Open the provider transport and listen on `host:port` (0: a free port).
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, address: BridgeAddress | None = None
+    ) -> ModelBridge:
+        """Open the provider transport and listen on `host:port` (0: a free port), or on
+        `address`, bound ahead (`BridgeAddress.listen`: a host that starts the rollout servers
+        meanwhile; it is closed if the bridge cannot start).
 
         Returns once connections are accepted; `base_url` then holds the real port. A host
         beyond loopback (`0.0.0.0`, a LAN address) is allowed, with a warning: the run's token
@@ -275,23 +277,20 @@ class ModelBridge:
         """
         if self._server is not None:
             raise RuntimeError("the model bridge is already running")
-        # Off the event loop: the price map is a 3.5 MB JSON file, and LiteLLM's import
-        # (for targets that need it) takes seconds.
-        self._log.price = self._price or await asyncio.to_thread(price_for, self.target.model_path)
-        self._budget.admit(self.spent())  # a resumed run may have spent its budget already
-        self._transport = await asyncio.to_thread(open_transport, self.target)
+        if address is None:
+            address = BridgeAddress.listen(host, port, advertise_url=self.advertise_url)
+        try:
+            # Off the event loop: the price map is a 3.5 MB JSON file, and LiteLLM's import
+            # (for targets that need it) takes seconds.
+            price = self._price or await asyncio.to_thread(price_for, self.target.model_path)
+            self._log.price = price
+            self._budget.admit(self.spent())  # a resumed run may have spent its budget already
+            self._transport = await asyncio.to_thread(open_transport, self.target)
+        except BaseException:
+            address.close()
+            raise
         if self.observer is not None:
             self._transport = self.observer.wrap_transport(self._transport)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError:
-            sock.close()
-            await self._transport.aclose()
-            self._transport = None
-            raise
         # Agents pause between turns (tools, graders): idle connections stay open 75 s.
         server = AsgiServer(
             self._asgi,
@@ -302,33 +301,15 @@ class ModelBridge:
             screen=self._screen,
         )
         try:
-            await server.start(sock)
+            await server.start(address.sock)
         except BaseException:
-            sock.close()
+            address.close()
             await self._transport.aclose()
             self._transport = None
             raise
         self._server = server
-        bound_host, bound_port = sock.getsockname()[:2]
-        self._bound_url = f"http://{shown_host(bound_host)}:{bound_port}"
-        if self._advertised is not None:
-            scheme, advertised_host, advertised_port, path = self._advertised
-            shown_port = advertised_port if advertised_port is not None else bound_port
-            root = f"{scheme}://{shown_host(advertised_host)}:{shown_port}{path}"
-        else:
-            # A wildcard address is where to listen, not where to connect: local rollouts
-            # reach a wildcard bind through loopback.
-            local = _WILDCARDS.get(bound_host, bound_host)
-            root = f"http://{shown_host(local)}:{bound_port}"
-        self._base_url = f"{root}/v1"
-        if not is_loopback_url(self._bound_url):
-            logger.warning(
-                "model bridge listening on %s, beyond loopback: rollouts reach it at %s with "
-                "the run's bearer token; the traffic is plain HTTP, so keep it on a trusted "
-                "network",
-                self._bound_url,
-                self._base_url,
-            )
+        self._bound_url = address.bound_url
+        self._base_url = address.base_url
         self._watch.start()
         return self
 
