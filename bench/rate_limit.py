@@ -1,6 +1,7 @@
 """A provider limited to 20 calls/s: the bridge's adaptive (AIMD) limit beside fixed concurrency.
 
     .venv/bin/python bench/rate_limit.py [--calls 300] [--rate 20] [--latency 0.5]
+    .venv/bin/python bench/rate_limit.py --platform [--database URL] [--platform-seconds 20]
 
 The scripted model (its own thread and event loop) accepts `--rate` chat completions in any
 one second and answers the rest 429 with Retry-After 1 s; each accepted call takes
@@ -19,6 +20,12 @@ Figures: 429s adaptive vs fixed (target >= 5x fewer), throughput vs `--rate` (ta
 15 %): over the adaptive row (its ramp from 8 in flight and its tail of retried calls
 included) and steady (the shared rows' second half, both bridges together), and each shared
 bridge's share (target within 30 % of half).
+
+`--platform`: two platform worker processes (`tests/platform/limit_load.py`: a bridge each,
+128 in flight, as a run's worker has it) on one key, first each adapting alone, then sharing
+the limit through the platform database (`DatabaseLimits`; a fresh SQLite file unless
+`--database`): the 429s of both (target: sharing <= half of alone) and each worker's calls/s
+after the first third (target within 30 % of half the rate).
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import argparse
 import asyncio
 import itertools
+import json
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -133,13 +143,70 @@ async def _shared(model: FakeModelServer, seconds: float) -> tuple[Figures, Figu
     return first, second
 
 
+def _worker_pair(
+    model: FakeModelServer, key: str, seconds: float, database: str | None
+) -> list[dict[str, float]]:
+    start = time.time() + 3  # both import and open their bridge first
+    command = [
+        sys.executable, "-m", "tests.platform.limit_load", "--model", model.base_url,
+        "--key", key, "--start", str(start), "--seconds", str(seconds),
+        "--count-from", str(seconds / 3), "--in-flight", str(IN_FLIGHT),
+    ]  # fmt: skip
+    if database is not None:
+        command += ["--database", database]
+    root = Path(__file__).resolve().parents[1]
+    workers = [
+        subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    return [json.loads(worker.communicate()[0].splitlines()[-1]) for worker in workers]
+
+
+def platform(args: argparse.Namespace) -> None:
+    from osmosis.platform.core.db import make_engine, upgrade
+
+    database = args.database
+    if database is None:
+        database = f"sqlite:///{tempfile.mkdtemp(prefix='rate-limit-')}/platform.db"
+        engine = make_engine(database)
+        upgrade(engine)
+        engine.dispose()
+    seconds = args.platform_seconds
+    with FakeModelServer(rate_limit=args.rate, latency=args.latency, retry_after=1.0) as model:
+        alone = _worker_pair(model, "platform-alone", seconds, None)
+        shared = _worker_pair(model, "platform-shared", seconds, database)
+    print(f"provider: {args.rate:g} calls/s, {args.latency:g} s a call; 2 workers x {IN_FLIGHT}")
+    print(f"{'row':<10} {'calls/s':>8} {'share':>6} {'429s':>6} {'limit':>6} {'global':>7}")
+    for name, pair in (("alone", alone), ("shared", shared)):
+        total = sum(worker["answered"] for worker in pair) or 1
+        for index, worker in enumerate(pair, 1):
+            rate = worker["answered"] / worker["seconds"]
+            glob = worker["shared"][0] if worker["shared"] else "-"
+            print(
+                f"{name}-{index:<4} {rate:>8.1f} {worker['answered'] / total:>6.2f} "
+                f"{worker['throttled']:>6} {worker['limit']:>6} {glob:>7}"
+            )
+    throttled_alone = sum(worker["throttled"] for worker in alone)
+    throttled_shared = sum(worker["throttled"] for worker in shared)
+    fewer = throttled_alone / max(throttled_shared, 1)
+    print(f"429s alone/shared: {fewer:.1f}x fewer when shared (target >= 2x)")
+    half = args.rate / 2
+    rates = ", ".join(f"{w['answered'] / w['seconds'] / half:.2f}" for w in shared)
+    print(f"shared workers' calls/s / half of {args.rate:g}: {rates} (target 0.7-1.3)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--shared-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--latency", type=float, default=0.5)
+    parser.add_argument("--platform", action="store_true", help="two worker processes")
+    parser.add_argument("--platform-seconds", type=float, default=30.0)
+    parser.add_argument("--database", help="the platform database (default: a new SQLite)")
     args = parser.parse_args()
+    if args.platform:
+        await asyncio.to_thread(platform, args)
+        return
     with FakeModelServer(rate_limit=args.rate, latency=args.latency, retry_after=1.0) as model:
         fixed = await _row(model, "fixed", adaptive=False, calls=args.calls)
         adaptive = await _row(model, "adaptive", adaptive=True, calls=args.calls)

@@ -173,7 +173,8 @@ def test_a_ceiling_at_half_halts_the_run_and_a_raised_one_finishes_it_on_retry(
             assert (done.summary.passed, done.summary.failed) == (ROWS, 0), (failures, logs)
             assert f"(OSMOSIS_BUDGET_MAX_MODEL_CALLS={ROWS * CALLS + 10}); this run gets" in logs
             assert (done.metrics or {})["eval_run"]["bridge"]["spent_calls"] == ROWS * CALLS
-            assert done.config["max_model_calls"] == 500  # what the run was given last
+            # What the run gets: the 500 it was given last, clamped to the ceiling.
+            assert done.config["max_model_calls"] == ROWS * CALLS + 10
     finally:
         server.stop()
 

@@ -145,6 +145,7 @@ def info() -> None:
         "created_at": public.created_at.isoformat(),
         "members": _members(public),
         "sandbox_network": public.sandbox_network or "default",
+        "budget": _budget_data(public),
         **git_context(workspace, client.base_url),
     }
     if out.mode is not Mode.JSON:
@@ -155,6 +156,7 @@ def info() -> None:
             for m in public.members
         )
         data["git"] = redact_url(workspace.remote_url)
+        data["budget"] = _budget_line(data["budget"]) if data["budget"] else "-"
     out.detail(data, title="Workspace")
 
 
@@ -188,6 +190,119 @@ def set_options(
         message=f"Sandboxed rollouts of {public.identity} reach: {shown}.",
         resource={"identity": public.identity, "sandbox_network": public.sandbox_network},
     )
+
+
+BUDGET_HELP = (
+    "LIMIT=VALUE, repeatable: LIMIT is max_tokens_total, max_cost_usd or max_model_calls; "
+    "VALUE a positive number, or none to unset it."
+)
+
+
+def _budget_values(option: str, pairs: list[str]) -> dict[str, object]:
+    """`max_cost_usd=5` pairs as the server takes them; the server checks names and values
+    (and says which is wrong), so a non-number goes through as given."""
+    from osmosis.cli.output import CLIError
+
+    values: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(
+                f"{option} takes LIMIT=VALUE (e.g. max_tokens_total=200000), got {pair!r}",
+                code="VALIDATION",
+                details={"option": option, "value": pair},
+            )
+        raw = raw.strip()
+        value: object = raw
+        if raw.lower() in {"none", "null", "unset"}:
+            value = None
+        else:
+            for parse in (int, float):
+                try:
+                    value = parse(raw)
+                    break
+                except ValueError:
+                    continue
+        values[key.strip()] = value
+    return values
+
+
+def _budget_data(public: Any) -> dict[str, Any]:
+    budget = public.budget
+    if budget is None:  # an older server
+        return {}
+    return {
+        kind: getattr(budget, kind).model_dump()
+        for kind in ("defaults", "ceilings", "platform_ceilings")
+    }
+
+
+@app.command("budget")
+def budget(
+    default: list[str] = typer.Option(
+        [], "--default", help=f"A default for runs that set none (owners). {BUDGET_HELP}"
+    ),
+    ceiling: list[str] = typer.Option(
+        [],
+        "--ceiling",
+        help=f"A ceiling every run of the workspace is clamped to (admins only). {BUDGET_HELP}",
+    ),
+) -> None:
+    """Show or set this repository's workspace budget defaults and ceilings.
+
+    A run's budget is its config's limit, else the workspace default, else the platform's
+    ceiling (OSMOSIS_BUDGET_MAX_*); it is then clamped to the lower of the workspace ceiling
+    and the platform's.
+    """
+    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.output import Mode, output
+
+    defaults = _budget_values("--default", default)
+    ceilings = _budget_values("--ceiling", ceiling)
+    workspace = current_workspace()
+    with platform_errors(), open_client(None) as client:
+        if defaults or ceilings:
+            public = client.workspaces.set_budget(
+                git=workspace.identity, defaults=defaults, ceilings=ceilings
+            )
+        else:
+            public = client.workspaces.get(git=workspace.identity)
+    data = {"identity": public.identity, **_budget_data(public)}
+    out = output()
+    if defaults or ceilings:
+        out.operation(
+            "workspace.budget",
+            message=f"Budget of {public.identity}: {_budget_line(data)}.",
+            resource=data,
+        )
+        return
+    if out.mode is not Mode.JSON:
+        # One line per limit: default, workspace ceiling, platform ceiling.
+        for key in ("max_tokens_total", "max_cost_usd", "max_model_calls"):
+            data[key] = ", ".join(
+                f"{label} {_limit(data, kind, key)}"
+                for label, kind in (
+                    ("default", "defaults"),
+                    ("ceiling", "ceilings"),
+                    ("platform ceiling", "platform_ceilings"),
+                )
+            )
+        for kind in ("defaults", "ceilings", "platform_ceilings"):
+            data.pop(kind, None)
+    out.detail(data, title="Workspace budget")
+
+
+def _limit(data: dict[str, Any], kind: str, key: str) -> str:
+    value = (data.get(kind) or {}).get(key)
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _budget_line(data: dict[str, Any]) -> str:
+    parts = [
+        f"{key} default {_limit(data, 'defaults', key)}, ceiling {_limit(data, 'ceilings', key)}"
+        for key in ("max_tokens_total", "max_cost_usd", "max_model_calls")
+    ]
+    return "; ".join(parts)
 
 
 ROLE_HELP = "owner (adds, removes and re-roles members) or member."

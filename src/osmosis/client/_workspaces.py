@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import quote
 
 from osmosis.client._base import Resource, git_header
 from osmosis.wire import (
     MemberAdd,
     MemberUpdate,
+    WorkspaceBudgetUpdate,
     WorkspaceCreate,
     WorkspaceList,
     WorkspaceMemberPublic,
@@ -42,6 +44,21 @@ class Workspaces(Resource):
         body = WorkspaceUpdate.model_validate({"sandbox_network": sandbox_network})
         return self._transport.call(
             "PATCH", "/api/workspace", WorkspacePublic, body=body, headers=git_header(git)
+        )
+
+    def set_budget(
+        self,
+        *,
+        git: str,
+        defaults: Mapping[str, object] | None = None,
+        ceilings: Mapping[str, object] | None = None,
+    ) -> WorkspacePublic:
+        """Set budget limits by name (`max_tokens_total`, `max_cost_usd`, `max_model_calls`;
+        None unsets one, a name left out stays): `defaults` for runs that set none (owners),
+        `ceilings` every run is clamped to (admins only)."""
+        body = WorkspaceBudgetUpdate(defaults=dict(defaults or {}), ceilings=dict(ceilings or {}))
+        return self._transport.call(
+            "PATCH", "/api/workspace/budget", WorkspacePublic, body=body, headers=git_header(git)
         )
 
     def list(self) -> WorkspaceList:

@@ -116,6 +116,10 @@ class PolicyBridge(Protocol):
 
     def stuck_rollouts(self) -> set[str]: ...
 
+    def rate_wait(self, rollout_id: str) -> tuple[float, bool]:
+        """(seconds its calls waited on the provider's rate limit unserved; one waits now)."""
+        ...
+
     async def stalled(self, rollout_id: str) -> bool:
         """Whether its outstanding call waits on a provider that answered nobody since."""
         ...
@@ -247,6 +251,9 @@ class Engine:
         self._source: AsyncIterator[WorkItem] | None = None
         self._exhausted = False
         self._dispatched = self._recorded = self._requeues = 0
+        self.rate_requeues = 0
+        """Attempts sent back to pending because their model calls waited on the provider's
+        rate limit as their deadline passed (`_queued_too_long`)."""
 
     @property
     def halt_reason(self) -> str | None:
@@ -456,6 +463,9 @@ class Engine:
             return outcome
         result = outcome
         if result.status is not RolloutStatus.SUCCESS:
+            queued = self._queued_too_long(run, result, time.monotonic() - started)
+            if queued is not None:
+                return _Requeue(queued, counts=False)
             fault = await self._system_fault(run.rollout_id)
             if fault is not None:
                 return _Requeue(fault, counts=False)
@@ -558,6 +568,32 @@ class Engine:
             return _breached(run.rollout_id, run.breach)
         self._suspect(run.lane, str(fault))
         return _Requeue(str(fault))
+
+    def _queued_too_long(
+        self, run: _Running, result: RolloutResultResponse, elapsed: float
+    ) -> str | None:
+        """Why a failed attempt is the rate limit's fault, if it is: its model call still waits
+        on the provider's rate limit unserved (for a slot of the bridge's adaptive limit, or
+        for a retry after a 429), or it timed out only because of such waits (its time minus
+        them is within its deadline). It goes back to pending, not failed `timeout`; counted
+        and said in the log. A provider merely slow to answer still makes a `timeout`."""
+        waited, waiting = self.bridge.rate_wait(run.rollout_id)
+        deadline = self.settings.agent_timeout_sec
+        timed_out = result.err_category is ErrorCategory.TIMEOUT
+        if not waiting and not (
+            timed_out and deadline is not None and waited > 0 and elapsed - waited < deadline
+        ):
+            return None
+        self.rate_requeues += 1
+        reason = (
+            f"its model calls waited {waited:.1f} s on the provider's rate limit, unserved (for "
+            "a slot of the adaptive limit or a retry after 429), as its deadline passed"
+        )
+        self.sink.log(
+            f"row {run.item.row_index} run {run.item.run_index}: back to pending ({reason}; "
+            f"{self.rate_requeues} attempts so far)"
+        )
+        return reason
 
     async def _system_fault(self, rollout_id: str) -> str | None:
         """Why a failed result is the provider's fault rather than the rollout's, if it is."""

@@ -190,6 +190,23 @@ class WorkspaceMemberPublic(_Model):
     active: bool = True
 
 
+class BudgetLimits(_Model):
+    """A run's budget limits (`[evaluation]`); null: none of that kind."""
+
+    max_tokens_total: int | None = None
+    max_cost_usd: float | None = None
+    max_model_calls: int | None = None
+
+
+class WorkspaceBudget(_Model):
+    """A platform run's budget is its config's limit, else `defaults`, else
+    `platform_ceilings`; clamped to the lower of `ceilings` and `platform_ceilings`."""
+
+    defaults: BudgetLimits
+    ceilings: BudgetLimits
+    platform_ceilings: BudgetLimits = Field(description="OSMOSIS_BUDGET_MAX_*, every workspace.")
+
+
 class WorkspacePublic(_Model):
     """A workspace the caller belongs to, with its members."""
 
@@ -206,6 +223,19 @@ class WorkspacePublic(_Model):
         description="What this workspace's sandboxed rollouts may reach beyond the model "
         "bridge; null: the platform's OSMOSIS_SANDBOX_NETWORK.",
     )
+    budget: WorkspaceBudget | None = Field(
+        default=None, description="The workspace's budget defaults and ceilings."
+    )
+
+
+class WorkspaceBudgetUpdate(_Strict):
+    """`PATCH /api/workspace/budget`: limits by name (max_tokens_total, max_cost_usd,
+    max_model_calls), each a positive number or null to unset it; a name absent stays.
+    `defaults`: owners or admins; `ceilings`: admins only. Values are checked by the server
+    (400 `INVALID_BUDGET` naming the field)."""
+
+    defaults: dict[str, Any] = Field(default_factory=dict, max_length=8)
+    ceilings: dict[str, Any] = Field(default_factory=dict, max_length=8)
 
 
 class WorkspaceUpdate(_Strict):

@@ -20,6 +20,7 @@ FileType = Literal["metrics", "trajectories", "artifacts", "logs"]
 FILE_TYPES: tuple[FileType, ...] = ("metrics", "trajectories", "artifacts", "logs")
 DEFAULT_FILE_TYPES: tuple[FileType, ...] = ("metrics", "trajectories")
 SecretSource = Literal["user", "workspace", "run"]
+CacheMode = Literal["off", "use", "replay"]
 ATTEMPT_SORTS = (
     "row_index",
     "-row_index",
@@ -85,6 +86,21 @@ class EvalRunCreate(_Strict):
     config_path: str = Field(min_length=1, max_length=1024, examples=["configs/eval/smoke.toml"])
     config_toml: str = Field(min_length=1, max_length=1024 * 1024)
     repository: RepositoryRef
+    # Ours, not the reference's (the official CLI sends neither): record and replay.
+    cache: CacheMode | None = Field(
+        default=None,
+        description="Model calls answered from a record: off, use (the record, else the "
+        "model) or replay (the record only; a miss fails the call with cache_miss). Null: "
+        "the config's `cache`, or `replay` when `replay_from` is given and the config says "
+        "off.",
+    )
+    replay_from: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="A run of the same workspace (name or id) whose recorded model calls "
+        "answer this run's.",
+    )
 
 
 class EvalRunCreated(_Model):
@@ -172,6 +188,20 @@ class RunLogEntry(_Model):
     message: str
 
 
+class RunCache(_Model):
+    """How a run's model calls were answered: from the provider (`off`), from a record when
+    it holds the call (`use`), or from the record only (`replay`)."""
+
+    mode: CacheMode = "off"
+    replay_from: str | None = None
+    """The run whose record answers this one's calls (its name; its id once it is gone)."""
+    replay_from_id: str | None = None
+    hits: int | None = None
+    """Calls answered from the record; null until the worker has written the run's metrics."""
+    misses: int | None = None
+    """Calls the record could not answer (in replay mode, failed with `cache_miss`)."""
+
+
 class EvalRunDetail(_Model):
     """`GET /api/eval-runs/{run}`: what `eval info` and the detail page show."""
 
@@ -191,6 +221,8 @@ class EvalRunDetail(_Model):
     recent_logs: list[RunLogEntry]
     flaky_rows: list[int] = Field(default_factory=list)
     """Rows whose scored attempts disagree within the run (some passed, some not)."""
+    cache: RunCache = Field(default_factory=RunCache)
+    """Record and replay of the run's model calls (`eval submit --cache`, `--replay-from`)."""
 
 
 class EvalRunLogs(_Model):
@@ -227,6 +259,8 @@ class EvalRunRetried(_Model):
     name: str
     status: RunStatus
     retryable_samples: int
+    budget_clamped: list[str] = Field(default_factory=list)
+    """A budget limit the retry raised past a ceiling: the line saying what the run gets."""
 
 
 # -- files and attempts ---------------------------------------------------------------------
@@ -336,6 +370,7 @@ __all__ = [
     "AttemptList",
     "AttemptPublic",
     "AttemptStatus",
+    "CacheMode",
     "DatasetRef",
     "EvalRunCreate",
     "EvalRunCreated",
@@ -357,6 +392,7 @@ __all__ = [
     "ImportRunIn",
     "ImportStatus",
     "RepositoryRef",
+    "RunCache",
     "RunDetailSummary",
     "RunFile",
     "RunImportCreate",

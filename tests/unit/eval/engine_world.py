@@ -86,6 +86,9 @@ class MemoryBridge:
     def stuck_rollouts(self) -> set[str]:
         return set(self.stuck)
 
+    def rate_wait(self, rollout_id: str) -> tuple[float, bool]:
+        return 0.0, False  # no adaptive limit here
+
     async def stalled(self, rollout_id: str) -> bool:
         return False  # outages are declared explicitly here (declare_outage)
 

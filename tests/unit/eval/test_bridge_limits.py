@@ -160,3 +160,39 @@ async def test_a_429_cuts_from_the_calls_really_in_flight_not_from_an_unreached_
     gate.set()
     await asyncio.gather(*calls, return_exceptions=True)
     assert limit.limit == int(3 * DECREASE)
+
+
+async def test_an_attempt_under_way_is_served_before_new_attempts_start() -> None:
+    limit = AdaptiveLimit(KEY, ceiling=1)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    def call(name: str, began: float) -> asyncio.Task[None]:
+        async def attempt() -> None:
+            await gate.wait()
+            order.append(name)
+
+        return asyncio.create_task(limit.call(attempt, owner="run", priority=began))
+
+    calls = [call("new 1", 5.0), call("new 2", 6.0), call("old, its second call", 1.0)]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(*calls)
+    # "new 1" took the free slot at once; then the oldest attempt, though it came last.
+    assert order == ["new 1", "old, its second call", "new 2"]
+
+
+async def test_the_slot_of_a_429_stays_taken_for_the_retry_after_asked() -> None:
+    limit = AdaptiveLimit(KEY, ceiling=2)
+
+    async def throttled_for_a_while() -> str:
+        raise ProviderError("rate limited", status=429, retry_after=0.3)
+
+    with pytest.raises(ProviderError):
+        await limit.call(throttled_for_a_while, owner="run")
+    assert limit.limit == 1  # cut from 1 in flight
+    began = asyncio.get_running_loop().time()
+    # Not handed on at once to a waiting call, which would meet the same refusal.
+    assert await limit.call(ok, owner="run") == "answer"
+    assert asyncio.get_running_loop().time() - began >= 0.25
+    assert limit.in_flight == 0

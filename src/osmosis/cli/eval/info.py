@@ -23,7 +23,7 @@ from osmosis.cli.eval.runs import log_row
 if TYPE_CHECKING:
     from osmosis.cli.eval.local_runs import LocalRun
     from osmosis.client import PlatformClient
-    from osmosis.wire.runs import EvalRunDetail
+    from osmosis.wire.runs import EvalRunDetail, RunCache
 
 SCOPE_LABELS = {"user": "Personal", "workspace": "Workspace", "run": "Run"}
 
@@ -311,6 +311,7 @@ def info_command(
             # How many rollout servers served it (metrics.json, once the engine wrote it).
             "Replicas": ((detail.metrics or {}).get("eval_run") or {}).get("replicas"),
             "Model Traffic": _traffic(((detail.metrics or {}).get("eval_run") or {}).get("bridge")),
+            "Model Cache": _cache_line(detail.cache),
         },
         title="Configuration",
     )
@@ -357,6 +358,16 @@ def _traffic(bridge: object) -> str | None:
     limit = bridge.get("adaptive_limit")
     shown = f" · limit {limit} in flight" if limit is not None else ""
     return f"429s {bridge['throttled_calls']:,}{shown}"
+
+
+def _cache_line(cache: RunCache) -> str | None:
+    """`replay from smoke-1 · 24 answered from the record, 0 not in it`; None: off."""
+    if cache.mode == "off":
+        return None
+    shown = cache.mode + (f" from {cache.replay_from}" if cache.replay_from else "")
+    if cache.hits is not None:
+        shown += f" · {cache.hits:,} answered from the record, {cache.misses or 0:,} not in it"
+    return shown
 
 
 def _show_local_info(out: Any, run: LocalRun) -> None:

@@ -307,6 +307,8 @@ def retry_command(
         )
     else:
         message = f"Retrying {count} failed and skipped samples in {retried.name}."
+    for line in retried.budget_clamped:  # a raised limit above a ceiling gets the ceiling
+        message += f"\n{line[0].upper()}{line[1:]}."
     out.operation(
         "eval.retry",
         message=message,
@@ -315,6 +317,7 @@ def retry_command(
             "name": retried.name,
             "status": retried.status,
             "retryable_samples": count,
+            "budget_clamped": retried.budget_clamped,
         },
         next_steps=[{"action": "eval_info", "name": retried.name}],
     )

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from osmosis.client import PlatformClient
     from osmosis.eval.inputs.config import EvalConfig, Issue
     from osmosis.git_state import GitState
+    from osmosis.wire.runs import CacheMode
     from osmosis.workspace import Workspace
 
 PREFLIGHT_TIMEOUT_S = 60  # an entrypoint that serves at import time would never return
@@ -346,6 +347,36 @@ def rows_to_run(
     )
 
 
+# -- --cache, --replay-from ------------------------------------------------------------------
+def cache_problems(
+    cache: str | None, replay_from: str | None, *, models: Sequence[str] | None
+) -> list[str]:
+    """What is wrong with `--cache` and `--replay-from`, as `eval run` checks them (the
+    server checks the source run: of this workspace, with a record)."""
+    problems = []
+    if cache is not None and cache not in ("off", "use", "replay"):
+        problems.append(f"--cache must be off, use or replay, got {cache!r}")
+    if replay_from is not None and not replay_from.strip():
+        problems.append("--replay-from must name a run of this workspace (its name or id)")
+    if replay_from is not None and cache == "off":
+        problems.append(
+            "--replay-from reads another run's model calls: it needs --cache use or replay"
+        )
+    if replay_from is not None and models is not None and len(models) > 1:
+        # The record answers the model it recorded: another model would only miss.
+        problems.append("--replay-from takes one run: give one --model")
+    return problems
+
+
+def _cache_line(configured: str, cache: str | None, replay_from: str | None) -> str | None:
+    """`replay from smoke-brave-otter-1a2b` for the summary; None when the run calls the
+    model as usual."""
+    mode = cache or ("replay" if replay_from is not None and configured == "off" else configured)
+    if mode == "off":
+        return None
+    return f"{mode} from {replay_from}" if replay_from is not None else f"{mode} (own record)"
+
+
 # -- --model, -n, --limit --------------------------------------------------------------------
 def override_problems(
     models: Sequence[str] | None, *, n: int | None, limit: int | None
@@ -495,6 +526,19 @@ def submit_command(
     limit: int | None = typer.Option(
         None, "--limit", help="Run the first N rows, instead of the config's limit."
     ),
+    cache: str | None = typer.Option(
+        None,
+        "--cache",
+        help="Model calls from a recorded run: off, use (a recorded answer for the same "
+        "attempt and request, else the model) or replay (the record only; a miss fails the "
+        "call with cache_miss). Default: the config's cache (off).",
+    ),
+    replay_from: str | None = typer.Option(
+        None,
+        "--replay-from",
+        help="Answer model calls from the record of a platform run of this workspace (its "
+        "name or id); implies --cache replay unless --cache says use.",
+    ),
 ) -> None:
     """Submit an evaluation run to the platform; it runs the pushed commit of this workspace.
 
@@ -519,6 +563,7 @@ def submit_command(
     if (min_pass_rate is not None or min_mean_reward is not None) and not wait:
         gate_problems.append("--min-pass-rate and --min-mean-reward need --wait")
     gate_problems += override_problems(model, n=n, limit=limit)
+    gate_problems += cache_problems(cache, replay_from, models=model)
     if gate_problems:
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     workspace = current_workspace()
@@ -577,6 +622,9 @@ def submit_command(
         }
         if n is not None:
             summary["Runs Per Row"] = str(n)
+        cache_line = _cache_line(cfg.evaluation.cache, cache, replay_from)
+        if cache_line is not None:
+            summary["Model Cache"] = cache_line
         if rows is not None:
             summary["Rows"] = rows[1]
             for each in configs:
@@ -621,6 +669,9 @@ def submit_command(
                     commit_sha=state.commit_sha,
                     branch=state.branch,
                 ),
+                # The official CLI sends neither: absent, the body is the reference's.
+                cache=cast("CacheMode | None", cache),
+                replay_from=replay_from,
             )
             try:
                 with platform_errors():

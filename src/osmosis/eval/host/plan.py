@@ -128,6 +128,9 @@ class RunOptions:
     replay_from: str | None = None
     """`--replay-from`: another run (its directory, or its name under the output root) whose
     record of model calls answers this run's."""
+    sample_seed: int | None = None
+    """The random sample's seed when the run has none recorded yet: a platform replay takes
+    the rows its source run took (the record is keyed by row)."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +276,7 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
             dataset.rows,
             limit=config.evaluation.limit,
             rows=options.rows,
-            seed=_recorded_seed(run_dir) if not options.fresh else None,
+            seed=_seed(run_dir, options),
             fraction=options.sample_fraction,
         )
     except RowSpecError as error:
@@ -397,7 +400,12 @@ def _find_dataset(config: EvalConfig, workspace: Path, options: RunOptions) -> t
     )
 
 
-def _recorded_seed(run_dir: Path) -> int | None:
+def _seed(run_dir: Path, options: RunOptions) -> int | None:
+    recorded = recorded_seed(run_dir) if not options.fresh else None
+    return recorded if recorded is not None else options.sample_seed
+
+
+def recorded_seed(run_dir: Path) -> int | None:
     """A resumed run keeps the random sample it started with."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -49,7 +49,10 @@ engine's override.
 
 Adaptive concurrency (`osmosis.eval.model.bridge_limits`): every provider attempt takes a slot
 from the process's AIMD limit for its provider key (429s cut it, answers grow it, up to
-`max_in_flight`), shared with every other bridge of the process on that key. Honest stalls:
+`max_in_flight`), shared with every other bridge of the process on that key (and, on the
+platform, with every worker: `install_coordinator`). `rate_wait(rollout_id)` says how long
+its calls waited on the rate limit unserved (for a slot, or for a retry after a 429): the
+engine does not charge that to the attempt's deadline. Honest stalls:
 `stalled(rollout_id)` tells the engine that an attempt past its deadline waited on a provider
 that answered nobody meanwhile, so it goes back to pending instead of failing `timeout`.
 
@@ -100,7 +103,12 @@ from osmosis.eval.model.bridge_calls import (
     spent_payload,
 )
 from osmosis.eval.model.bridge_http import AsgiServer, Refusal
-from osmosis.eval.model.bridge_limits import OVERLOAD_STATUSES, limit_key, shared_limit
+from osmosis.eval.model.bridge_limits import (
+    OVERLOAD_STATUSES,
+    RateWaits,
+    limit_key,
+    shared_limit,
+)
 from osmosis.eval.model.bridge_observer import BridgeObserver
 from osmosis.eval.model.bridge_outage import OutageDeclared, OutagePolicy, ProviderWatch
 from osmosis.eval.model.bridge_record import CACHE_MISS, CallRecorder
@@ -262,6 +270,7 @@ class ModelBridge:
         self.observer: BridgeObserver | None = None  # metrics, traces (bridge_observer)
         self._limit = shared_limit(limit_key(target), ceiling=max_in_flight) if adaptive else None
         self._throttled = 0  # this bridge's calls answered 429 / overloaded
+        self._rate_waits = RateWaits()  # calls waiting on the rate limit, unserved
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(
@@ -410,6 +419,7 @@ class ModelBridge:
         """
         self._open.discard(rollout_id)
         self._watch.release(rollout_id)
+        self._rate_waits.forget(rollout_id)
         self._budget.release(rollout_id)
         self._log.forget(rollout_id)
         if self.recorder is not None:
@@ -460,6 +470,13 @@ class ModelBridge:
         everyone (`ProviderWatch.stalled`): its attempt goes back to pending, not `timeout`."""
         return await self._watch.stalled(rollout_id)
 
+    def rate_wait(self, rollout_id: str) -> tuple[float, bool]:
+        """(seconds `rollout_id`'s calls waited on the provider's rate limit unserved, waits
+        under way included; whether one waits now): for a slot of the adaptive limit, or for
+        a retry after a 429 / overload answer (`RateWaits`). An attempt whose deadline passed
+        meanwhile is the rate limit's, not the attempt's."""
+        return self._rate_waits.wait(rollout_id)
+
     def clear_outage(self) -> None:
         """End a declared outage now, without waiting for a probe (the engine's override)."""
         self._watch.clear()
@@ -504,6 +521,8 @@ class ModelBridge:
         call = watch.enter(rollout_id)
         attempts = 0
         limit = self._limit
+        waits = self._rate_waits
+        waiting = waits.begin(rollout_id)
 
         def send() -> Awaitable[Completion]:
             return watch.through(call, transport.complete(request))
@@ -511,12 +530,19 @@ class ModelBridge:
         async def attempt() -> Completion:
             nonlocal attempts
             attempts += 1
+
+            def granted() -> Awaitable[Completion]:
+                waits.sent(rollout_id, waiting)
+                return send()
+
             try:
                 if limit is None:
-                    return await send()
-                return await limit.call(send, owner=self)
+                    return await granted()
+                return await limit.call(granted, owner=self, priority=waits.first(rollout_id))
             except ProviderError as error:
-                self._throttled += error.status in OVERLOAD_STATUSES
+                if error.status in OVERLOAD_STATUSES:
+                    self._throttled += 1
+                    waits.throttled(rollout_id, waiting)  # its retry waits on the rate limit
                 raise
 
         try:
@@ -548,6 +574,7 @@ class ModelBridge:
             return Outcome(500, error=message, code="bridge_error", attempts=attempts)
         finally:
             watch.leave(call)
+            waits.end(rollout_id, waiting, keep=rollout_id in self._open)
         return Outcome(200, completion=completion, attempts=attempts)
 
     def _unavailable(self) -> str:

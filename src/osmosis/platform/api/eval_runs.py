@@ -7,6 +7,7 @@ Every `{run}` is a name or an id, looked up among the caller's workspaces; a run
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -168,16 +169,25 @@ def retry_eval_run(
     """Run the failed and skipped attempts again (fresh rollout ids); metrics are recomputed."""
     found = runs.find_run(db, user=user, ref=run)
     given = body or EvalRunRetry()
+    raised = given.model_dump(include=set(runs.BUDGET_KEYS), exclude_none=True)
     retryable = runs.request_retry(
         db,
         box=request.app.state.secret_box,
         run=found,
         secrets=given.secrets,
-        budget=given.model_dump(include=set(runs.BUDGET_KEYS), exclude_none=True),
+        budget=raised,
     )
     _scheduler(request).wake()
+    evaluation = json.loads(found.config)["evaluation"]
     return EvalRunRetried(
-        id=found.id, name=found.name, status=found.status, retryable_samples=retryable
+        id=found.id,
+        name=found.name,
+        status=found.status,
+        retryable_samples=retryable,
+        # A raised limit still meets the workspace's and the platform's ceilings: say so.
+        budget_clamped=workspaces.raised_budget_clamps(
+            evaluation, found.workspace, _settings(request), raised
+        ),
     )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path, Request
 
 from osmosis.platform.core.db.models import User, Workspace, WorkspaceMember
 from osmosis.platform.core.errors import Forbidden
+from osmosis.platform.core.settings import Settings
 from osmosis.platform.deps import (
     CurrentUser,
     CurrentWorkspace,
@@ -19,8 +20,11 @@ from osmosis.platform.deps import (
 )
 from osmosis.platform.services import users, workspaces
 from osmosis.wire import (
+    BudgetLimits,
     MemberAdd,
     MemberUpdate,
+    WorkspaceBudget,
+    WorkspaceBudgetUpdate,
     WorkspaceCreate,
     WorkspaceList,
     WorkspaceMemberPublic,
@@ -30,6 +34,14 @@ from osmosis.wire import (
 )
 
 router = APIRouter(tags=["workspaces"])
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+AppSettings = Annotated[Settings, Depends(_settings)]
 
 MemberRef = Annotated[
     str, Path(min_length=1, max_length=320, description="The member's user id, name or email.")
@@ -47,7 +59,7 @@ def _member(member: WorkspaceMember) -> WorkspaceMemberPublic:
     )
 
 
-def _public(db: Db, workspace: Workspace, user: User) -> WorkspacePublic:
+def _public(db: Db, workspace: Workspace, user: User, settings: Settings) -> WorkspacePublic:
     members = workspaces.members(db, workspace=workspace)
     creator = db.get(User, workspace.created_by) if workspace.created_by else None
     return WorkspacePublic(
@@ -58,12 +70,19 @@ def _public(db: Db, workspace: Workspace, user: User) -> WorkspacePublic:
         role=next((m.role for m in members if m.user_id == user.id), None),
         members=[_member(m) for m in members],
         sandbox_network=workspace.sandbox_network,
+        budget=WorkspaceBudget(
+            defaults=BudgetLimits.model_validate(workspaces.budget_limits(workspace, "default")),
+            ceilings=BudgetLimits.model_validate(workspaces.budget_limits(workspace, "ceiling")),
+            platform_ceilings=BudgetLimits.model_validate(
+                {key: getattr(settings, f"budget_{key}") for key in workspaces.BUDGET_LIMITS}
+            ),
+        ),
     )
 
 
 @router.post("/api/workspaces", status_code=201)
 def create_workspace(
-    body: WorkspaceCreate, db: Db, user: CurrentUser, rules: Rules
+    body: WorkspaceCreate, db: Db, user: CurrentUser, rules: Rules, settings: AppSettings
 ) -> WorkspacePublic:
     """Create a workspace for an origin (OSMOSIS_WORKSPACE_CREATION says who may); an admin
     may name its owner."""
@@ -75,7 +94,7 @@ def create_workspace(
     workspace = workspaces.create_workspace(
         db, identity=body.identity, user=user, rules=rules, owner=owner
     )
-    return _public(db, workspace, user)
+    return _public(db, workspace, user, settings)
 
 
 @router.get("/api/workspaces")
@@ -92,15 +111,21 @@ def list_workspaces(db: Db, user: CurrentUser) -> WorkspaceList:
 
 
 @router.get("/api/workspace")
-def get_workspace(db: Db, user: CurrentUser, workspace: CurrentWorkspace) -> WorkspacePublic:
+def get_workspace(
+    db: Db, user: CurrentUser, workspace: CurrentWorkspace, settings: AppSettings
+) -> WorkspacePublic:
     """The workspace with its members; an admin's first request for an identity creates it
     (any user's, with OSMOSIS_WORKSPACE_CREATION=open)."""
-    return _public(db, workspace, user)
+    return _public(db, workspace, user, settings)
 
 
 @router.patch("/api/workspace")
 def update_workspace(
-    body: WorkspaceUpdate, db: Db, user: CurrentUser, workspace: OwnerWorkspace
+    body: WorkspaceUpdate,
+    db: Db,
+    user: CurrentUser,
+    workspace: OwnerWorkspace,
+    settings: AppSettings,
 ) -> WorkspacePublic:
     """Set what this workspace's sandboxed rollouts may reach (`full`: the internet too, never
     the host's loopback). Admins only: it widens what every member's code reaches."""
@@ -108,12 +133,32 @@ def update_workspace(
         raise Forbidden("only an admin changes a workspace's sandbox network")
     workspaces.set_sandbox_network(db, workspace=workspace, network=body.sandbox_network)
     db.commit()
-    return _public(db, workspace, user)
+    return _public(db, workspace, user, settings)
+
+
+@router.patch("/api/workspace/budget")
+def update_workspace_budget(
+    body: WorkspaceBudgetUpdate,
+    db: Db,
+    user: CurrentUser,
+    identity: GitIdentity,
+    settings: AppSettings,
+) -> WorkspacePublic:
+    """Set the workspace's budget defaults (its owners or an admin) and ceilings (admins only:
+    they cap what the owners themselves may spend); a limit absent stays, null unsets it. A
+    run's budget is its config's limit, else the default, else the platform's ceiling, clamped
+    to the lower of the two ceilings."""
+    workspace = workspaces.find_for_budget(db, identity=identity, user=user)
+    workspaces.set_budget(
+        db, workspace=workspace, user=user, defaults=body.defaults, ceilings=body.ceilings
+    )
+    db.commit()
+    return _public(db, workspace, user, settings)
 
 
 @router.post("/api/workspace/members", status_code=201)
 def add_member(
-    body: MemberAdd, db: Db, user: CurrentUser, workspace: OwnerWorkspace
+    body: MemberAdd, db: Db, user: CurrentUser, workspace: OwnerWorkspace, settings: AppSettings
 ) -> WorkspacePublic:
     """Add an existing user (by id or email) as a member or an owner; owners only, so no one
     else learns whether an address is registered."""
@@ -121,18 +166,23 @@ def add_member(
         db, workspace=workspace, user_id=body.user_id, email=body.email, role=body.role
     )
     db.commit()
-    return _public(db, workspace, user)
+    return _public(db, workspace, user, settings)
 
 
 @router.patch("/api/workspace/members/{member}")
 def update_member(
-    member: MemberRef, body: MemberUpdate, db: Db, user: CurrentUser, workspace: OwnerWorkspace
+    member: MemberRef,
+    body: MemberUpdate,
+    db: Db,
+    user: CurrentUser,
+    workspace: OwnerWorkspace,
+    settings: AppSettings,
 ) -> WorkspacePublic:
     """Change a member's role; owners only, and the last active owner stays one."""
     found = workspaces.find_member(db, workspace=workspace, ref=member)
     workspaces.set_role(db, workspace=workspace, member=found, role=body.role)
     db.commit()
-    return _public(db, workspace, user)
+    return _public(db, workspace, user, settings)
 
 
 @router.delete("/api/workspace/members/{member}")

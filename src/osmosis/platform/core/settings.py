@@ -267,6 +267,15 @@ SETTINGS: tuple[Setting, ...] = (
         float,
     ),
     Setting(
+        "shared_model_limits",
+        "OSMOSIS_SHARED_MODEL_LIMITS",
+        True,
+        "Share the adaptive limit on model calls in flight per provider key among every worker "
+        "through the database (`on`, the default), so runs on one key split it instead of "
+        "fighting over it; `off`: each run's worker adapts alone.",
+        _flag,
+    ),
+    Setting(
         "bridge_host",
         "OSMOSIS_BRIDGE_HOST",
         "127.0.0.1",
@@ -408,6 +417,14 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "worker_warm",
+        "OSMOSIS_WORKER_WARM",
+        True,
+        "Keep one run worker started ahead, its engine imported, for the next claimed run "
+        "(`on`, the default; roles all and worker); `off`: each worker starts for its run.",
+        _flag,
+    ),
+    Setting(
         "bridge_url",
         "OSMOSIS_BRIDGE_URL",
         None,
@@ -544,6 +561,7 @@ class Settings:
     min_free_disk_bytes: int = 512 * 1024**2
     rollout_replicas: int = 1
     outage_wait_s: float = 300.0
+    shared_model_limits: bool = True
     bridge_host: str = "127.0.0.1"
     bridge_url: str | None = None
     bridge_max_tokens: int = 131_072
@@ -564,6 +582,7 @@ class Settings:
     blob_publish_s: float = 2.0
     lease_s: float = 30.0
     worker_max_runs: int = 0
+    worker_warm: bool = True
     sandbox: bool = True
     sandbox_network: str = "bridge"
     sandbox_memory_bytes: int = 4 * 1024**3

@@ -19,6 +19,7 @@ from osmosis.platform.core.errors import ValidationFailed
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import LOG_FILE, tail_logs
 from osmosis.platform.services.runs import BUDGET_KEYS, run_dir
+from osmosis.platform.services.workspaces import effective_budget
 from osmosis.platform.worker.leases import why_pending
 from osmosis.vocabulary import ATTEMPT_STATUSES
 from osmosis.wire.runs import (
@@ -29,6 +30,7 @@ from osmosis.wire.runs import (
     EvalRunDetail,
     EvalRunInfo,
     EvalRunSummary,
+    RunCache,
     RunDetailSummary,
     RunProgress,
     RunSummary,
@@ -94,8 +96,13 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
     config = json.loads(run.config)
     evaluation: dict[str, Any] = config["evaluation"]
     shown = {key: evaluation.get(key) for key in _CONFIG_KEYS}
-    # The run's budget as it stands (a retry may have raised it), where it has one.
-    shown.update({key: evaluation[key] for key in BUDGET_KEYS if evaluation.get(key) is not None})
+    # The run's budget as it stands (a retry may have raised it), where it has one: with the
+    # workspace's default and both ceilings applied as the worker applies them (issue 28.1);
+    # a run uploaded from a local run keeps the budget it ran with.
+    budget: dict[str, Any] = evaluation
+    if "import" not in json.loads(run.payload or "{}"):
+        budget = dict(effective_budget(evaluation, run.workspace, settings).limits)
+    shown.update({key: budget[key] for key in BUDGET_KEYS if budget.get(key) is not None})
     shown["model_path"] = run.model_path
     shown.update(config.get("advanced") or {})
     errors = dict(
@@ -156,6 +163,25 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
         cost_usd=float(cost) if cost is not None else None,
         recent_logs=tail_logs(run_dir(settings, run.id) / LOG_FILE, count=_RECENT_LOGS),
         flaky_rows=flaky,
+        cache=_cache(db, run, metrics),
+    )
+
+
+def _cache(db: Session, run: EvalRun, metrics: dict[str, Any] | None) -> RunCache:
+    """The cache mode and source run the submit decided (`services.runs.Replay`, in the
+    payload), and what the record answered (metrics.json `eval_run.bridge`)."""
+    payload = json.loads(run.payload or "{}")
+    mode = payload.get("cache") or json.loads(run.config)["evaluation"].get("cache") or "off"
+    source_id = payload.get("replay_from")
+    source = db.get(EvalRun, source_id) if isinstance(source_id, str) else None
+    bridge = ((metrics or {}).get("eval_run") or {}).get("bridge") or {}
+    hits, misses = bridge.get("cache_hits"), bridge.get("cache_misses")
+    return RunCache(
+        mode=mode,
+        replay_from=source.name if source is not None else source_id,
+        replay_from_id=source_id,
+        hits=hits if isinstance(hits, int) else None,
+        misses=misses if isinstance(misses, int) else None,
     )
 
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from osmosis.eval.inputs.config import ConfigError, EvalConfig, parse_eval_config
 from osmosis.eval.inputs.config_checks import LineIndex
 from osmosis.eval.inputs.dataset_select import select_rows
+from osmosis.eval.model.bridge_record import RECORD_FILE
 from osmosis.platform.core import notify
 from osmosis.platform.core.crypto import SecretBox
 from osmosis.platform.core.db.dataset_models import DatasetVersion
@@ -90,7 +91,8 @@ def create_run(
     clone_url: str | None = None,
 ) -> EvalRun:
     """Check everything a run needs, then store it `pending`; every problem found is reported
-    in one error (its code is the first problem's: 422 config, 404/409 dataset, 404 secrets).
+    in one error (its code is the first problem's: 422 config, 404/409 dataset, 404 secrets,
+    404/400/422 `replay_from` and `cache`, see `_check_replay`).
     `clone_url`: where the worker fetches the code when not the origin itself (an operator's
     mirror, `OSMOSIS_GIT_URL_REWRITE`), stored with the run from the start."""
     problems: list[PlatformError] = []
@@ -118,18 +120,27 @@ def create_run(
                 },
             )
         )
+    replay = _check_replay(
+        db, settings=settings, workspace=workspace, user=user, body=body, config=config
+    )
+    if isinstance(replay, PlatformError):
+        problems.append(replay)
     if problems:
         raise _combined(problems)
     assert config is not None and version is not None
+    assert not isinstance(replay, PlatformError)
     scopes.update({name: "run" for name in provided})
     run_id = new_id()
+    payload = _payload_without_values(body)
+    # The worker reads them here: the source by id (a name may be taken again later).
+    payload.update(cache=replay.mode, replay_from=replay.source_id)
     run = EvalRun(
         id=run_id,
         workspace_id=workspace.id,
         created_by=user.id,
         status="pending",
         created_at=utcnow(),
-        payload=json.dumps(_payload_without_values(body)),
+        payload=json.dumps(payload),
         config=json.dumps(
             {
                 "evaluation": config.evaluation.model_dump(),
@@ -167,6 +178,98 @@ def create_run(
             continue
         return run
     raise Conflict("could not find a free run name; submit again")
+
+
+class ReplaySourceNotFound(NotFound):
+    """`replay_from` names no run of the submitting workspace."""
+
+
+class ReplaySourceUnrecorded(PlatformError):
+    """`replay_from` names a run that recorded no model calls."""
+
+    code = "NO_MODEL_CALLS"
+    status_code = 400
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How a submitted run's model calls are answered: `mode` (off, use, replay) and the run
+    whose record answers them (`source_id`, None: only the run's own record)."""
+
+    mode: str
+    source_id: str | None = None
+
+
+def cache_mode(config_cache: str, *, cache: str | None, replay_from: str | None) -> str:
+    """The run's cache mode as `eval run` decides it: the request's `cache` over the config's,
+    and `replay` when a source run is named and the config says off."""
+    if cache is not None:
+        return cache
+    if replay_from is not None and config_cache == "off":
+        return "replay"
+    return config_cache
+
+
+def _check_replay(
+    db: Session,
+    *,
+    settings: Settings,
+    workspace: Workspace,
+    user: User,
+    body: EvalRunCreate,
+    config: EvalConfig | None,
+) -> Replay | PlatformError:
+    """`cache` and `replay_from` of a submit: the source must be a run of this workspace that
+    the user can read and that recorded model calls."""
+    mode = cache_mode(
+        config.evaluation.cache if config is not None else "off",
+        cache=body.cache,
+        replay_from=body.replay_from,
+    )
+    ref = body.replay_from
+    if ref is None:
+        if mode == "replay":
+            # A new run's own record is empty: every call would miss.
+            return ValidationFailed(
+                "cache replay needs a recorded run to answer from: name one with replay_from "
+                "(osmosis eval submit --replay-from RUN)",
+                details={"cache": mode, "replay_from": None},
+            )
+        return Replay(mode)
+    if mode == "off":
+        return ValidationFailed(
+            f"replay_from {ref!r} reads another run's model calls: it needs cache use or "
+            "replay, not off",
+            details={"cache": mode, "replay_from": ref},
+        )
+    source = db.scalar(
+        select(EvalRun)
+        .join(WorkspaceMember, WorkspaceMember.workspace_id == EvalRun.workspace_id)
+        .where(
+            WorkspaceMember.user_id == user.id,
+            EvalRun.workspace_id == workspace.id,
+            (EvalRun.id == ref) | (EvalRun.name == ref),
+        )
+    )
+    if source is None:
+        # The same answer whether it is elsewhere or nowhere: no workspace's runs leak.
+        return ReplaySourceNotFound(
+            f"replay_from: eval run {ref!r} not found in workspace {workspace.identity} (a "
+            "replay reads a run of the same workspace)",
+            details={"replay_from": ref, "workspace": workspace.identity},
+        )
+    record = run_dir(settings, source.id) / RECORD_FILE
+    try:
+        recorded = record.stat().st_size > 0
+    except OSError:
+        recorded = False
+    if not recorded:
+        return ReplaySourceUnrecorded(
+            f"replay_from: eval run {source.name!r} recorded no model calls ({RECORD_FILE}): "
+            "there is nothing to replay (a run records its calls once it starts making them)",
+            details={"replay_from": ref, "eval_run": source.name, "status": source.status},
+        )
+    return Replay(mode, source.id)
 
 
 def _check_config(

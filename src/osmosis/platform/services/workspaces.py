@@ -23,8 +23,11 @@ get is decided before the row is looked at, or is the one `not_found` answer.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
@@ -425,3 +428,201 @@ def sandbox_network(workspace: Workspace | None, settings: Settings) -> str:
     """The network a run of `workspace` gets: its own setting, else the platform's."""
     own = workspace.sandbox_network if workspace is not None else None
     return own or settings.sandbox_network
+
+
+BUDGET_LIMITS = ("max_tokens_total", "max_cost_usd", "max_model_calls")
+"""A run's budget limits (`[evaluation]`), each of which a workspace may default and cap."""
+
+_BUDGET_COLUMNS = {
+    "max_tokens_total": "tokens_total",
+    "max_cost_usd": "cost_usd",
+    "max_model_calls": "model_calls",
+}
+_BUDGET_MAX = {"max_tokens_total": 10**15, "max_cost_usd": 10.0**9, "max_model_calls": 10**15}
+"""Far beyond any real run; keeps a typo (or a fuzzer) inside the columns' range."""
+PLATFORM_CEILING_ENVS = {key: f"OSMOSIS_BUDGET_MAX_{key[4:].upper()}" for key in BUDGET_LIMITS}
+
+
+class InvalidBudget(PlatformError):
+    code = "INVALID_BUDGET"
+    status_code = 400
+
+
+def budget_limits(workspace: Workspace, kind: str) -> dict[str, int | float | None]:
+    """The workspace's `default` or `ceiling` of each limit (None: none)."""
+    return {
+        key: getattr(workspace, f"budget_{kind}_{column}")
+        for key, column in _BUDGET_COLUMNS.items()
+    }
+
+
+def find_for_budget(db: Session, *, identity: str, user: User) -> Workspace:
+    """The workspace `identity` for a budget change: a member's (the change itself says who
+    may), or any for an admin; anyone else the usual `WorkspaceNotFound`."""
+    identity = check_identity(identity)
+    workspace = _by_identity(db, identity)
+    if workspace is None or not (
+        user.is_admin or membership(db, workspace_id=workspace.id, user_id=user.id)
+    ):
+        raise not_found(identity)
+    return workspace
+
+
+def _budget_value(field: str, key: str, value: object) -> int | float | None:
+    """One limit as sent: None unsets it; else a positive number (whole for tokens and
+    calls), or `InvalidBudget` naming the field and what would be valid."""
+    if value is None:
+        return None
+    whole = key != "max_cost_usd"
+    valid = (
+        f"a positive whole number up to {_BUDGET_MAX[key]:,}"
+        if whole
+        else f"a positive number of USD up to {_BUDGET_MAX[key]:,.0f}"
+    )
+    number: int | float | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and math.isfinite(value) and not (whole and value % 1):
+        number = int(value) if whole else value
+    if number is None or not 0 < number <= _BUDGET_MAX[key]:
+        raise InvalidBudget(
+            f"{field}.{key} must be {valid} (or null to unset it), got {value!r}",
+            details={"field": f"{field}.{key}", "value": repr(value)[:80]},
+        )
+    return number
+
+
+def set_budget(
+    db: Session,
+    *,
+    workspace: Workspace,
+    user: User,
+    defaults: Mapping[str, object] | None = None,
+    ceilings: Mapping[str, object] | None = None,
+) -> Workspace:
+    """Set some of the workspace's budget defaults (its owners or an admin) and ceilings (an
+    admin only: they cap what the owners themselves may spend); a key absent stays, None
+    unsets it. A default above the ceiling that then holds is refused.
+
+    set_budget(db, workspace=ws, user=admin, ceilings={"max_cost_usd": 20.0})
+    set_budget(db, workspace=ws, user=owner, defaults={"max_tokens_total": 200_000})
+    """
+    member = membership(db, workspace_id=workspace.id, user_id=user.id)
+    role = member.role if member is not None else None
+    if ceilings and not user.is_admin:
+        raise Forbidden(
+            "only a platform admin sets a workspace's budget ceilings (they cap what its "
+            f"owners and members may spend); you are {_a(role)} of {workspace.identity}",
+            details={"field": "ceilings", "role": role},
+        )
+    if defaults and not (user.is_admin or role == OWNER):
+        raise Forbidden(
+            f"only an owner of {workspace.identity} or an admin sets its budget defaults; you "
+            f"are {_a(role)}; its owners: {', '.join(_owner_names(db, workspace)) or 'none'}",
+            details={"field": "defaults", "role": role},
+        )
+    changes: dict[str, int | float | None] = {}
+    for kind, field, given in (
+        ("default", "defaults", defaults),
+        ("ceiling", "ceilings", ceilings),
+    ):
+        for key, value in (given or {}).items():
+            if key not in _BUDGET_COLUMNS:
+                raise InvalidBudget(
+                    f"{field}.{key} is not a budget limit; valid: {', '.join(BUDGET_LIMITS)}",
+                    details={"field": f"{field}.{key}"},
+                )
+            changes[f"budget_{kind}_{_BUDGET_COLUMNS[key]}"] = _budget_value(field, key, value)
+    # An owner's default and an admin's ceiling set at once must not pass each other's check.
+    lock_rows(db, Workspace, Workspace.id == workspace.id)
+    db.refresh(workspace)
+    for key, column in _BUDGET_COLUMNS.items():
+        default = changes.get(
+            f"budget_default_{column}", getattr(workspace, f"budget_default_{column}")
+        )
+        ceiling = changes.get(
+            f"budget_ceiling_{column}", getattr(workspace, f"budget_ceiling_{column}")
+        )
+        if default is not None and ceiling is not None and default > ceiling:
+            raise InvalidBudget(
+                f"defaults.{key} {_number(default)} is above {workspace.identity}'s ceiling "
+                f"({_number(ceiling)}): a default must be at most the ceiling (lower the "
+                "default, or an admin raises the ceiling)",
+                details={"field": f"defaults.{key}", "default": default, "ceiling": ceiling},
+            )
+    for name, value in changes.items():
+        setattr(workspace, name, value)
+    db.flush()
+    return workspace
+
+
+def _a(role: str | None) -> str:
+    return f"a {role}" if role else "not a member"
+
+
+def _number(value: float) -> str:
+    """`5000`, `2.5`: a limit as the logs and errors print it."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class EffectiveBudget:
+    """A platform run's limits (None: no limit of that kind) and why any was clamped."""
+
+    limits: dict[str, int | float | None]
+    clamped: list[str]
+    """One line per limit a ceiling lowered, naming the ceiling (the run's logs get them)."""
+
+
+def effective_budget(
+    evaluation: Mapping[str, Any], workspace: Workspace | None, settings: Settings
+) -> EffectiveBudget:
+    """A run's budget: per limit its config's value, else the workspace's default, else the
+    platform's ceiling; then clamped to the lower of the workspace's and the platform's
+    ceilings (`OSMOSIS_BUDGET_MAX_*`).
+
+        effective_budget({"max_cost_usd": 9.0}, ws, Settings(budget_max_cost_usd=5.0))
+        # limits["max_cost_usd"] == 5.0, or ws's cost ceiling when that is lower
+    """
+    limits: dict[str, int | float | None] = {}
+    clamped: list[str] = []
+    for key, column in _BUDGET_COLUMNS.items():
+        platform: int | float | None = getattr(settings, f"budget_{key}")
+        own_default = own_ceiling = None
+        if workspace is not None:
+            own_default = getattr(workspace, f"budget_default_{column}")
+            own_ceiling = getattr(workspace, f"budget_ceiling_{column}")
+        asked, said = evaluation.get(key), key
+        if asked is None and own_default is not None:
+            asked, said = own_default, f"the workspace's default {key}"
+        value = asked if asked is not None else platform
+        by_workspace = own_ceiling is not None and (platform is None or own_ceiling <= platform)
+        ceiling = own_ceiling if by_workspace else platform
+        if ceiling is not None and (value is None or value > ceiling):
+            if asked is not None and workspace is not None and by_workspace:
+                clamped.append(
+                    f"budget: {said} {_number(asked)} is above the workspace ceiling of "
+                    f"{workspace.identity} ({key} {_number(ceiling)}); this run gets "
+                    f"{_number(ceiling)}"
+                )
+            elif asked is not None:
+                clamped.append(
+                    f"budget: {said} {_number(asked)} is above the platform's ceiling "
+                    f"({PLATFORM_CEILING_ENVS[key]}={_number(ceiling)}); this run gets "
+                    f"{_number(ceiling)}"
+                )
+            value = ceiling
+        limits[key] = value
+    return EffectiveBudget(limits=limits, clamped=clamped)
+
+
+def raised_budget_clamps(
+    evaluation: Mapping[str, Any],
+    workspace: Workspace | None,
+    settings: Settings,
+    raised: Iterable[str],
+) -> list[str]:
+    """What `eval retry --max-…` is told: the clamp line of each limit in `raised` that a
+    ceiling lowers (the worker logs the same line when the run resumes)."""
+    lines = effective_budget(evaluation, workspace, settings).clamped
+    return [line for line in lines if any(line.startswith(f"budget: {key} ") for key in raised)]

@@ -22,10 +22,16 @@ decides what is recorded, and any worker that takes the run over later resumes f
   rollout server left, the outage outlasted the wait), resuming at once would only repeat
   it: the run fails saying why, its unfinished attempts pending, and `eval retry` resumes it.
   Attempts are never recorded as zeros.
-- A run's budget (`max_tokens_total`, `max_cost_usd`, `max_model_calls`) is its config's,
-  clamped to the platform's ceilings (`OSMOSIS_BUDGET_MAX_*`, which a run setting none gets).
+- A run's budget (`max_tokens_total`, `max_cost_usd`, `max_model_calls`) is its config's, else
+  its workspace's default, else the platform's ceiling (`OSMOSIS_BUDGET_MAX_*`), clamped to
+  the lower of the workspace's and the platform's ceilings.
   When the engine halts because the budget is spent, nothing failed: the run ends `halted`
   with the reason (`budget: …`) in `error`, and a retry with a raised budget resumes it.
+- A run submitted with `replay_from` (a run of its workspace, by id in `payload`) has its
+  model calls answered from that run's record (`model_calls.jsonl`) in the submitted cache
+  mode, and takes that run's random sample of rows: `eval run --replay-from` on the platform.
+- The adaptive limit on model calls in flight per provider key is shared with every other
+  worker through the database (`model_limits`), unless `OSMOSIS_SHARED_MODEL_LIMITS=off`.
 - SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
@@ -52,11 +58,19 @@ from sqlalchemy.orm import Session
 
 from osmosis.eval.errors import HostError, describe
 from osmosis.eval.host import event_loop
-from osmosis.eval.host.plan import EntrypointMissing, PlanError, RunOptions, plan_run
+from osmosis.eval.host.plan import (
+    EntrypointMissing,
+    PlanError,
+    RunOptions,
+    plan_run,
+    recorded_seed,
+)
 from osmosis.eval.host.run import run_evaluation
 from osmosis.eval.host.run_dir import RunLocked
 from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
 from osmosis.eval.model.bridge_budget import BUDGET_HALT_PREFIX, Budget
+from osmosis.eval.model.bridge_limits import install_coordinator
+from osmosis.eval.model.bridge_record import RECORD_FILE
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
 from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
@@ -74,7 +88,7 @@ from osmosis.platform.services import datasets
 from osmosis.platform.services.run_files import append_log
 from osmosis.platform.services.runs import run_dir, runs_root, secrets_context
 from osmosis.platform.services.secrets import resolve_secrets
-from osmosis.platform.services.workspaces import sandbox_network
+from osmosis.platform.services.workspaces import effective_budget, sandbox_network
 from osmosis.platform.worker.checkout import (
     CheckoutError,
     RepoLimits,
@@ -85,10 +99,20 @@ from osmosis.platform.worker.checkout import (
 )
 from osmosis.platform.worker.leases import TEMPFAIL, holds
 from osmosis.platform.worker.metrics import MULTIPROC_ENV, figures_from_env
+from osmosis.platform.worker.model_limits import DatabaseLimits
 from osmosis.platform.worker.run_sink import AttemptSink
 
 # The object store's credentials are the platform's: never in a run's environment.
 _STORE_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+@dataclass(frozen=True)
+class _ReplaySource:
+    cache: str | None = None
+    directory: Path | None = None
+    """The source run's directory (its record, its manifest); None: no source run."""
+    seed: int | None = None
+    """The source run's random sample seed, which this run takes."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,21 @@ class _Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    @contextlib.asynccontextmanager
+    async def sharing_limits(self) -> AsyncIterator[None]:
+        """Share the adaptive model limits with every other worker through the database
+        (`model_limits`), unless OSMOSIS_SHARED_MODEL_LIMITS=off."""
+        if not self.settings.shared_model_limits:
+            yield
+            return
+        coordinator = DatabaseLimits(self.engine)
+        install_coordinator(coordinator)
+        try:
+            yield
+        finally:
+            install_coordinator(None)
+            await asyncio.to_thread(coordinator.close)
+
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> None:
         if not self._claim():
@@ -230,11 +269,14 @@ class _Worker:
         try:
             config_path, dataset_file = await asyncio.to_thread(self._prepare, run)
             environ = self._environ(run)
+            replay = await asyncio.to_thread(self._replay_source, run)
         except (CheckoutError, PlatformError, OSError) as error:
             return self._failed(f"cannot prepare the run: {describe(error)}")
         evaluation = json.loads(run.config)["evaluation"]
         threshold = float(evaluation["pass_threshold"])
-        budget = run_budget(evaluation, self.settings, log=self.log)
+        with self.sessions() as db:
+            workspace = db.get(Workspace, run.workspace_id)
+            budget = run_budget(evaluation, self.settings, workspace=workspace, log=self.log)
         sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
         await sink.resync(self.dir / "events.jsonl")
         options = RunOptions(
@@ -266,6 +308,9 @@ class _Worker:
                 max_file_bytes=self.settings.artifact_max_file_bytes,
                 max_total_bytes=self.settings.artifact_max_bytes,
             ),
+            cache=replay.cache,
+            replay_from=str(replay.directory) if replay.directory is not None else None,
+            sample_seed=replay.seed,
         )
         try:
             plan = plan_run(config_path, options)
@@ -281,7 +326,7 @@ class _Worker:
             return self._failed(describe(error))
         self._set_total(plan.total_work_items, plan.selection.total_rows)
         try:
-            async with sink.flushing(), self.publishing():
+            async with sink.flushing(), self.publishing(), self.sharing_limits():
                 report = await run_evaluation(
                     plan, sink, site=self._rollout_site(run), observer=figures_from_env()
                 )
@@ -343,6 +388,31 @@ class _Worker:
                 print(f"error: eval run {run.id}: {error.message}", file=sys.stderr, flush=True)
                 raise
         return config_path, dataset_file
+
+    def _replay_source(self, run: EvalRun) -> _ReplaySource:
+        """The cache mode the submit decided and the run whose record answers this one's
+        calls (`payload.replay_from`, a run id): its directory in the blob store; with an
+        object store, its record and manifest fetched beside this run's checkout, never into
+        the source's own directory, which a worker of that run may be writing."""
+        payload = json.loads(run.payload or "{}")
+        cache, source = payload.get("cache"), payload.get("replay_from")
+        cache = cache if isinstance(cache, str) else None
+        if not isinstance(source, str):
+            return _ReplaySource(cache)
+        if self.store is None:
+            directory = runs_root(self.settings) / source
+        else:
+            directory = inputs_path(self.settings.home, run.id) / "replay"
+            for name in (RECORD_FILE, "manifest.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    self.store._download(f"runs/{source}/{name}", directory / name)
+        if not (directory / RECORD_FILE).is_file():
+            raise NotFound(
+                f"the run this one replays ({source}) no longer holds its record of model "
+                f"calls ({RECORD_FILE})"
+            )
+        # Its rows: the record is keyed by row, and a run without `limit` samples at random.
+        return _ReplaySource(cache, directory, recorded_seed(directory))
 
     def _rollout_site(self, run: EvalRun) -> SiteSpec:
         """How this run's rollout servers start: sandboxed unless `OSMOSIS_SANDBOX=off` (with
@@ -507,34 +577,33 @@ class _Worker:
         self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
 
 
-_CEILINGS = (
-    ("max_tokens_total", "budget_max_tokens_total", "OSMOSIS_BUDGET_MAX_TOKENS_TOTAL"),
-    ("max_cost_usd", "budget_max_cost_usd", "OSMOSIS_BUDGET_MAX_COST_USD"),
-    ("max_model_calls", "budget_max_model_calls", "OSMOSIS_BUDGET_MAX_MODEL_CALLS"),
-)
-
-
 def run_budget(
-    evaluation: dict[str, Any], settings: Settings, *, log: Callable[..., None] | None = None
+    evaluation: dict[str, Any],
+    settings: Settings,
+    *,
+    workspace: Workspace | None = None,
+    log: Callable[..., None] | None = None,
 ) -> Budget:
-    """A platform run's budget: each limit of its `[evaluation]`, clamped to the platform's
-    ceiling of that kind; a limit the run does not set is the ceiling (None: no limit).
+    """A platform run's budget: each limit of its `[evaluation]`, else its workspace's default,
+    else the platform's ceiling; clamped to the lower of the workspace's and the platform's
+    ceilings (`workspaces.effective_budget`), each clamp logged. None: no limit.
 
         run_budget({"max_cost_usd": 9.0}, Settings(budget_max_cost_usd=5.0)).max_cost_usd  # 5.0
     """
-    limits: dict[str, Any] = {}
-    for key, setting, env in _CEILINGS:
-        asked, ceiling = evaluation.get(key), getattr(settings, setting)
-        limits[key] = (
-            asked if ceiling is None else ceiling if asked is None else min(asked, ceiling)
-        )
-        if log is not None and asked is not None and ceiling is not None and asked > ceiling:
-            log(
-                f"budget: {key} {asked:g} is above the platform's ceiling ({env}={ceiling:g}); "
-                f"this run gets {ceiling:g}",
-                level="warning",
-            )
-    return Budget(**limits)
+    found = effective_budget(evaluation, workspace, settings)
+    for line in found.clamped:
+        if log is not None:
+            log(line, level="warning")
+    limits = found.limits
+    return Budget(
+        max_tokens_total=_whole(limits["max_tokens_total"]),
+        max_cost_usd=None if limits["max_cost_usd"] is None else float(limits["max_cost_usd"]),
+        max_model_calls=_whole(limits["max_model_calls"]),
+    )
+
+
+def _whole(limit: float | None) -> int | None:
+    return None if limit is None else int(limit)
 
 
 def _run_dir_busy(directory: Path) -> bool:

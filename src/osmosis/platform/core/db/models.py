@@ -10,9 +10,11 @@ import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     MetaData,
@@ -131,6 +133,14 @@ class Workspace(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     sandbox_network: Mapped[str | None] = mapped_column(String(16), default=None)
     """This workspace's sandbox network (`bridge` | `full`); None: `OSMOSIS_SANDBOX_NETWORK`."""
+    # Budgets (issue 28.1): a default for a run whose config sets none of that limit (owners),
+    # and a ceiling every run of the workspace is clamped to (admins); None: none.
+    budget_default_tokens_total: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    budget_default_cost_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    budget_default_model_calls: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    budget_ceiling_tokens_total: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    budget_ceiling_cost_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    budget_ceiling_model_calls: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
     members: Mapped[list[WorkspaceMember]] = relationship(
         back_populates="workspace", cascade="all, delete-orphan", passive_deletes=True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Integer, String, Text
+from sqlalchemy import BigInteger, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from osmosis.platform.core.db.models import Base, UtcDateTime, new_id, utcnow
@@ -44,3 +44,31 @@ class PlatformMeta(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class ModelLimit(Base):
+    """The adaptive limit on calls in flight to one provider key, shared by every worker
+    (`osmosis.platform.worker.model_limits`). Keyed by a hash of (provider, base URL, model,
+    key hash): never the API key itself."""
+
+    __tablename__ = "model_limits"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    in_flight_limit: Mapped[float] = mapped_column(Float)
+    throttled: Mapped[int] = mapped_column(BigInteger, default=0)  # 429s seen by every worker
+    # Wall-clock seconds of the last cut: a 429 to a call sent before it is the same burst.
+    cut_at: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ModelLimitDemand(Base):
+    """What one worker process wants of a shared model limit (calls in flight and waiting, at
+    most its `max_in_flight`), with its heartbeat: the limit is split among the live ones."""
+
+    __tablename__ = "model_limit_demands"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    worker: Mapped[str] = mapped_column(String(32), primary_key=True)
+    demand: Mapped[int] = mapped_column(Integer)
+    ceiling: Mapped[int] = mapped_column(Integer)
+    seen_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
