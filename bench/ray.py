@@ -1,6 +1,7 @@
-"""The Ray executor's figures (issue 15), on a two-node Ray cluster on loopback.
+"""The Ray executor's figures (issues 15 and 30), on a two-node Ray cluster on loopback.
 
     .venv/bin/python bench/ray.py [--cases latency,overhead,transport] [--attempts N]
+                                  [--repeat R]
 
 It starts the same test cluster as tests/integration/test_ray_cluster.py (`ray start` twice,
 closed to the network, without strace) and runs `osmosis eval run` against the scripted
@@ -14,12 +15,15 @@ model, each replica's capacity fixed at 16 (`max_concurrent`):
              attempt over the local engine's: wall ms per attempt over the dispatch, and CPU ms
              per attempt of every process involved (engine, rollout server, and for Ray the
              replica's actor, the raylets and the GCS), measured between the 10th and the 90th
-             percentile of recorded attempts (start-up left out).
-  transport  the same 0 ms run with the endpoint's protocol calls relayed by the actor (what
-             the site does) and straight over HTTP to the server (possible only because every
-             node here is this machine): the price of the relay.
+             percentile of recorded attempts (start-up left out); the wall ratio against local
+             (issue 30's target: <= 1.5x). The site's default: protocol calls straight to the
+             server, which answers from here (the run's log says so, and the row).
+  transport  the same 0 ms run with the protocol calls relayed by the replica's actor
+             (`transport="actor"`: the site's only path before issue 30, and its fallback
+             when the server does not answer from the engine's machine): the relay's price.
 
-Each row says the load average around it: 2 shared cores, so repeat a figure taken under load.
+Each row says the load average around it: 2 shared cores, so `--repeat R` runs every
+configuration R times, interleaved, and prints the medians (and each run's figures).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ for th
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -48,10 +53,10 @@ from tests.integration.test_ray_cluster import RayCluster
 from osmosis.testing import FakeModelServer
 
 CAPACITY = 16  # each replica's max_concurrent
-# `eval run`, with the Ray site talking HTTP to its servers instead of through the actor.
-HTTP_TRANSPORT = (
+# `eval run`, with the Ray site relaying every protocol call through the replica's actor.
+RELAY_TRANSPORT = (
     "from osmosis.eval.sites.ray.site import RaySite\n"
-    "RaySite.__init__.__kwdefaults__['transport'] = 'http'\n"
+    "RaySite.__init__.__kwdefaults__['transport'] = 'actor'\n"
     "from osmosis.cli.main import run; run()\n"
 )
 CLI = "from osmosis.cli.main import run; run()"
@@ -93,9 +98,12 @@ class Watch:
 
     roots: set[int]
     journal: Path
+    engine: int = 0
     samples: list[tuple[float, int, float]] = field(default_factory=list)
     last: dict[int, float] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    kinds: dict[int, str] = field(default_factory=dict)
+    by_kind: list[dict[str, float]] = field(default_factory=list)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -106,16 +114,50 @@ class Watch:
             table = processes()
             for pid in below(self.roots, table) & table.keys():
                 self.last[pid] = table[pid][1]  # an exited process keeps its last reading
+                if pid not in self.kinds:
+                    self.kinds[pid] = self.kind(pid)
             self.samples.append((time.monotonic(), recorded, sum(self.last.values())))
+            kinds: dict[str, float] = {}
+            for pid, cpu in self.last.items():
+                kinds[self.kinds[pid]] = kinds.get(self.kinds[pid], 0.0) + cpu
+            self.by_kind.append(kinds)
             time.sleep(0.05)
 
-    def cpu_ms_per_attempt(self, attempts: int) -> float:
-        low = next(s for s in self.samples if s[1] >= attempts * 0.1)
-        high = next((s for s in self.samples if s[1] >= attempts * 0.9), self.samples[-1])
-        done = high[1] - low[1]
-        if done <= 0:
+    def kind(self, pid: int) -> str:
+        """Which part of the run a process is: the engine, the rollout server, or Ray's
+        process name (`ray::RolloutReplica` is the replica's actor)."""
+        if pid == self.engine:
+            return "engine"
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return "other"
+        if b"rollouts/bench/main.py" in cmdline:
+            return "rollout server"
+        return comm
+
+    def window(self, attempts: int) -> tuple[int, int]:
+        low = next(i for i, s in enumerate(self.samples) if s[1] >= attempts * 0.1)
+        high = next(
+            (i for i, s in enumerate(self.samples) if s[1] >= attempts * 0.9),
+            len(self.samples) - 1,
+        )
+        if self.samples[high][1] - self.samples[low][1] <= 0:
             raise SystemExit("too short to measure: give it more attempts")
-        return (high[2] - low[2]) * 1000 / done
+        return low, high
+
+    def cpu_ms_per_attempt(self, attempts: int) -> float:
+        low, high = self.window(attempts)
+        done = self.samples[high][1] - self.samples[low][1]
+        return (self.samples[high][2] - self.samples[low][2]) * 1000 / done
+
+    def cpu_ms_by_kind(self, attempts: int) -> dict[str, float]:
+        low, high = self.window(attempts)
+        done = self.samples[high][1] - self.samples[low][1]
+        start, end = self.by_kind[low], self.by_kind[high]
+        spent = {k: (end[k] - start.get(k, 0.0)) * 1000 / done for k in end}
+        return dict(sorted(((k, v) for k, v in spent.items() if v >= 0.05), key=lambda kv: -kv[1]))
 
 
 @dataclass
@@ -125,6 +167,10 @@ class Run:
     cpu_ms: float
     load: tuple[float, float]
     nodes: int
+    path: str = ""
+    """For Ray: how the run's log says the engine reached its server (direct or relay)."""
+    cpu_by_kind: dict[str, float] = field(default_factory=dict)
+    """CPU ms per attempt by process (`Watch.kind`)."""
 
     @property
     def rate(self) -> float:
@@ -154,7 +200,7 @@ def eval_run(
         )  # fmt: skip
         journal = Path(workdir) / ".osmosis" / "evals" / "b" / "events.jsonl"
         roots = {process.pid} | ({n.process.pid for n in cluster.nodes} if cluster else set())
-        watch = Watch(roots, journal)
+        watch = Watch(roots, journal, engine=process.pid)
         watcher = threading.Thread(target=watch.run)
         watcher.start()
         _, err = process.communicate()
@@ -163,6 +209,12 @@ def eval_run(
         if process.returncode != 0:
             raise SystemExit(f"eval run failed ({process.returncode}):\n{err[-3000:]}")
         records = [json.loads(line) for line in journal.read_text().splitlines()]
+        log = (journal.parent / "logs.txt").read_text()
+        path = (
+            "direct" if "protocol calls straight to" in log
+            else "relay" if "protocol calls relayed" in log
+            else ""
+        )  # fmt: skip
     if len(records) != attempts:
         raise SystemExit(f"expected {attempts} recorded attempts, found {len(records)}")
     ends = [datetime.fromisoformat(r["finished_at"]).timestamp() for r in records]
@@ -171,8 +223,10 @@ def eval_run(
         attempts=attempts,
         dispatch_s=max(ends) - min(starts),
         cpu_ms=watch.cpu_ms_per_attempt(attempts),
+        cpu_by_kind=watch.cpu_ms_by_kind(attempts),
         load=(load, os.getloadavg()[0]),
         nodes=len({r.get("node") for r in records}),
+        path=path,
     )
 
 
@@ -203,33 +257,92 @@ def case_latency(cluster: RayCluster, attempts: int) -> None:
         row(f"  {where}: 2 replicas / 1", f"{speedup:.2f}x", "target >= 1.70x")
 
 
-def case_overhead(cluster: RayCluster, attempts: int, *, transport: bool) -> None:
+def median_run(runs: list[Run]) -> Run:
+    """The figures' medians (each figure on its own), the load range of all the runs."""
+    return Run(
+        attempts=runs[0].attempts,
+        dispatch_s=statistics.median(r.dispatch_s for r in runs),
+        cpu_ms=statistics.median(r.cpu_ms for r in runs),
+        load=(min(r.load[0] for r in runs), max(r.load[1] for r in runs)),
+        nodes=runs[0].nodes,
+        path="/".join(sorted({r.path for r in runs if r.path})),
+    )
+
+
+def idle_cpu_ms_per_s(cluster: RayCluster, seconds: float = 5.0) -> float:
+    """CPU ms per second the cluster's own processes burn with no run: part of every Ray
+    row's CPU per attempt (this rate times its wall ms per attempt), whatever the transport."""
+    roots = {node.process.pid for node in cluster.nodes}
+
+    def total() -> float:
+        table = processes()
+        return sum(table[pid][1] for pid in below(roots, table) if pid in table)
+
+    before, started = total(), time.monotonic()
+    time.sleep(seconds)
+    return (total() - before) * 1000 / (time.monotonic() - started)
+
+
+def case_overhead(cluster: RayCluster, attempts: int, *, transport: bool, repeat: int) -> None:
+    idle = idle_cpu_ms_per_s(cluster)
+    row(
+        "  the idle cluster (2 nodes)",
+        f"{idle:.0f} CPU ms/s",
+        f"{idle / 1000:.2f} CPU ms per wall ms of a Ray run",
+    )
+    labels = ["local engine", "ray (default)"] + (["ray (actor relay)"] if transport else [])
+    runs: dict[str, list[Run]] = {label: [] for label in labels}
     with FakeModelServer() as model:
-        local = eval_run(model, attempts, cluster=None, replicas=1)
-        ray = eval_run(model, attempts, cluster=cluster, replicas=1)
-        http = (
-            eval_run(model, attempts, cluster=cluster, replicas=1, entry=HTTP_TRANSPORT)
-            if transport
-            else None
-        )
-    for label, run in (("local engine", local), ("ray (actor relay)", ray), ("ray (http)", http)):
-        if run is None:
-            continue
+        for _ in range(repeat):  # interleaved: a load spike touches every configuration
+            for label in labels:
+                run = eval_run(
+                    model,
+                    attempts,
+                    cluster=None if label == "local engine" else cluster,
+                    replicas=1,
+                    entry=RELAY_TRANSPORT if label == "ray (actor relay)" else CLI,
+                )
+                runs[label].append(run)
+                if repeat > 1:
+                    row(
+                        f"  run: {label}",
+                        f"{run.dispatch_s * 1000 / attempts:.2f} ms wall {run.path}",
+                        f"{run.cpu_ms:.2f} CPU ms",
+                        run,
+                    )
+                shares = ", ".join(f"{k} {v:.2f}" for k, v in run.cpu_by_kind.items())
+                print(f"      CPU ms/attempt by process: {shares}", flush=True)
+    medians = {label: median_run(found) for label, found in runs.items()}
+    local = medians["local engine"]
+    median = f" (median of {repeat})" if repeat > 1 else ""
+    for label, run in medians.items():
+        path = f", {run.path}" if run.path else ""
         row(
-            f"0 ms, {attempts}, 1 replica: {label}",
-            f"{run.dispatch_s * 1000 / attempts:.2f} ms/attempt wall",
+            f"0 ms, {attempts}, 1 replica: {label}{path}",
+            f"{run.dispatch_s * 1000 / attempts:.2f} ms/attempt wall{median}",
             f"{run.cpu_ms:.2f} CPU ms/attempt (all processes)",
             run,
         )
-    for label, run in (("ray (actor relay)", ray), ("ray (http)", http)):
-        if run is None:
+    for label, run in medians.items():
+        if run is local:
             continue
         wall = (run.dispatch_s - local.dispatch_s) * 1000 / attempts
         row(
-            f"  overhead of {label} over local",
-            f"+{wall:.2f} ms/attempt wall",
-            f"+{run.cpu_ms - local.cpu_ms:.2f} CPU ms/attempt",
+            f"  {label} over local",
+            f"{run.dispatch_s / local.dispatch_s:.2f}x wall (+{wall:.2f} ms/attempt)",
+            f"{run.cpu_ms / local.cpu_ms:.2f}x CPU (+{run.cpu_ms - local.cpu_ms:.2f} ms); "
+            "target wall <= 1.50x",
         )
+        if repeat > 1:  # each round's ratio: the load that round, on both sides of it
+            rounds = [
+                r.dispatch_s / base.dispatch_s
+                for r, base in zip(runs[label], runs["local engine"], strict=True)
+            ]
+            row(
+                f"  {label} over local, round by round",
+                f"median {statistics.median(rounds):.2f}x wall",
+                " ".join(f"{ratio:.2f}x" for ratio in rounds),
+            )
 
 
 def main() -> None:
@@ -237,6 +350,7 @@ def main() -> None:
     parser.add_argument("--cases", default="latency,overhead,transport")
     parser.add_argument("--attempts", type=int, default=400, help="latency case attempts")
     parser.add_argument("--overhead-attempts", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per overhead configuration")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
     with tempfile.TemporaryDirectory(prefix="osmosis-ray-bench-") as root:
@@ -247,7 +361,12 @@ def main() -> None:
             if "latency" in cases:
                 case_latency(cluster, args.attempts)
             if cases & {"overhead", "transport"}:
-                case_overhead(cluster, args.overhead_attempts, transport="transport" in cases)
+                case_overhead(
+                    cluster,
+                    args.overhead_attempts,
+                    transport="transport" in cases,
+                    repeat=args.repeat,
+                )
         finally:
             cluster.stop()
             left = cluster.leftovers()

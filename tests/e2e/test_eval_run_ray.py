@@ -9,6 +9,9 @@
   once, none failed, the replica placed again on the head.
 - The cluster and the `eval run` driver, traced with strace throughout: every connection
   goes to 127.0.0.1 (or a Unix socket), nothing is written under the real $HOME or /tmp/ray.
+- One replica on this machine: the engine talks to its rollout server directly (the log
+  says so); told to try it at an address where it does not answer, through its actor.
+  Either way every attempt is recorded once, with the files it left.
 """
 
 from __future__ import annotations
@@ -216,3 +219,50 @@ def test_the_cluster_and_the_driver_contact_only_loopback_and_leave_home_alone(
     assert off_loopback_connects(traces) == []
     home = os.path.realpath(os.path.expanduser("~"))  # the real one: tests leave it set
     assert writes_under(traces, [home, "/tmp/ray"]) == []
+
+
+def run_on_one_replica(cluster: RayCluster, workspace: Path, fake_model, name: str, **env: str):
+    """`eval run --executor ray --replicas 1` of 30 attempts, each leaving an artifact: the
+    run's journal and log."""
+    config = make_workspace(workspace, rows(30), limit=30, batch_size=8, main=MAIN)
+    done = osmosis(
+        "eval", "run", str(config), "--name", name, "--executor", "ray", "--replicas", "1",
+        "--ray-address", cluster.address, "-y", "--json",
+        cwd=workspace, env={**ray_env(cluster, fake_model), **env}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    directory = run_dir(workspace, name)
+    entries = read_jsonl(directory / "events.jsonl")
+    keys = sorted((e["row_index"], e["run_index"]) for e in entries)
+    assert keys == [(r, 0) for r in range(30)]  # every attempt recorded exactly once
+    # What each rollout wrote on its node came back, with the direct path as with the relay.
+    assert len(list((directory / "artifacts").glob("row_*_run_*/answer.txt"))) == 30
+    assert json.loads(done.stdout)["resource"]["metrics"]["errors_by_type"] == {"agent_error": 6}
+    return (directory / "logs.txt").read_text()
+
+
+def test_on_this_machine_the_engine_talks_to_the_rollout_server_directly(
+    ray_cluster, tmp_path, fake_model
+):
+    log = run_on_one_replica(ray_cluster, tmp_path, fake_model, "direct")
+    assert (
+        "Ray: rollout server scripted on 127.0.0.1: protocol calls straight to "
+        "http://127.0.0.1:" in log
+    )
+    assert "(it answers from here)" in log
+    assert "relayed by its actor" not in log
+    # Its node is this machine: the attempts' files are taken from the node's directory.
+    assert "Ray: rollout server scripted: trial files taken from /" in log
+
+
+def test_a_rollout_server_that_does_not_answer_from_here_is_reached_through_its_actor(
+    ray_cluster, tmp_path, fake_model
+):
+    # The server binds 127.0.0.1 on its node: tried at 127.0.0.2, it refuses the engine.
+    log = run_on_one_replica(
+        ray_cluster, tmp_path, fake_model, "relay", OSMOSIS_RAY_SERVER_HOST="127.0.0.2"
+    )
+    assert "Ray: rollout server scripted on 127.0.0.1: protocol calls relayed by its actor " in log
+    assert "(http://127.0.0.2:" in log and "does not answer from here: " in log
+    assert "protocol calls straight to" not in log
+    assert "trial files taken from" not in log  # they came back with each relayed result

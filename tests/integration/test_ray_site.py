@@ -1,6 +1,7 @@
 """The Ray site's edges that need no cluster: the default path never imports Ray, a missing
-extra names its fix, a bridge the nodes cannot reach is refused, and `eval run`'s Ray
-options that cannot work are refused before anything runs."""
+extra names its fix, a bridge the nodes cannot reach is refused, where the engine tries a
+node's rollout server directly, and `eval run`'s Ray options that cannot work are refused
+before anything runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 
 import pytest
 
-from osmosis.eval.sites.ray.site import bridge_reach_problem
+from osmosis.eval.sites.ray.actor import ReplicaInfo
+from osmosis.eval.sites.ray.site import bridge_reach_problem, direct_candidate
 from tests.e2e.conftest import model_env
 from tests.e2e.workspace import make_workspace, row
 
@@ -44,6 +46,24 @@ def test_a_loopback_bridge_is_refused_when_a_node_is_another_machine(bridge, nod
     assert (problem is not None) is refused
     if refused:
         assert "10.0.0.7" in problem and "cannot reach" in problem
+
+
+@pytest.mark.parametrize(
+    ("node_ip", "local", "host", "tried"),
+    [
+        ("127.0.0.1", "127.0.0.1", None, "http://127.0.0.1:8123"),  # a test cluster
+        ("10.0.0.5", "10.0.0.5", None, "http://127.0.0.1:8123"),  # the engine's own node
+        ("10.0.0.7", "10.0.0.5", None, "http://10.0.0.7:8123"),  # another machine
+        ("fd00::7", "10.0.0.5", None, "http://[fd00::7]:8123"),
+        ("10.0.0.7", "10.0.0.5", "rollouts.internal", "http://rollouts.internal:8123"),
+        ("127.0.0.1", "127.0.0.1", "127.0.0.2", "http://127.0.0.2:8123"),
+    ],
+)
+def test_the_engine_tries_a_nodes_rollout_server_where_it_could_answer(node_ip, local, host, tried):
+    info = ReplicaInfo(
+        node_id="n" * 56, node_ip=node_ip, hostname="node", base_url="http://127.0.0.1:8123"
+    )
+    assert direct_candidate(info, local_ip=local, host=host) == tried
 
 
 def test_ray_options_that_cannot_work_are_refused_naming_the_fix(tmp_path):

@@ -11,8 +11,11 @@ never pays for it. In the actor:
 
 The actor's working directory is the run's checkout, shipped by Ray (`runtime_env`
 `working_dir`). The rollout server is a child process of the actor (`RolloutProcess`: it dies
-with it) listening on the node's loopback, so every protocol call goes through the actor:
-rollout entrypoints bind `127.0.0.1`, which the engine on another machine cannot reach.
+with it) listening on the node's loopback. The engine talks to it directly when it answers
+from the engine's machine (a node on that machine); otherwise every protocol call goes
+through the actor (`admit`, `result`, `cancel`, `health`): rollout entrypoints bind
+`127.0.0.1`, which the engine on another machine cannot reach. Direct, the engine fetches
+finished attempts' trial files with `take_trials`.
 Faults cross the Ray boundary as tagged tuples, never as pickled exceptions, so the engine
 sorts them exactly as `osmosis.eval.sites.api` says (`raise_fault`).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -44,6 +48,7 @@ Reply = tuple[Any, ...]
 """`("ok", value)` or `("fault", kind, message, extra)`."""
 
 _MAX_LOG_LINES = 10_000
+TRIALS_TOKEN_FILE = ".replica"  # a rollout id never starts with "."
 _FAULTS: dict[str, type[Exception]] = {
     "rejected": AdmissionRejected,
     "busy": AtCapacity,
@@ -82,6 +87,11 @@ class ReplicaInfo:
     hostname: str
     base_url: str
     health: dict[str, Any] = field(default_factory=dict)
+    trials_dir: str = ""
+    """Where the server leaves each attempt's files on its node (`<trials_dir>/<rollout id>`)."""
+    trials_token: str = ""
+    """The content of `<trials_dir>/.replica`: an engine that reads it there shares the
+    node's disk (the node is its machine) and takes the files itself, without a Ray call."""
 
 
 def encode_fault(error: BaseException) -> Reply:
@@ -156,6 +166,8 @@ class RolloutReplica:
                 rollout_dir, cache_root=cache, log=self._log, scope=spec.env_scope
             )
             self._trials = Path(tempfile.mkdtemp(prefix=f"osmosis-{spec.name[:40]}-"))
+            token = secrets.token_hex(16)
+            (self._trials / TRIALS_TOKEN_FILE).write_text(token)
             base_env = (
                 clean_base_env(os.environ, home=os.environ.get("HOME", "/"), user=_user())
                 if spec.clean_env
@@ -181,6 +193,8 @@ class RolloutReplica:
                 hostname=socket.gethostname(),
                 base_url=self._process.base_url,
                 health=dict(health),
+                trials_dir=str(self._trials),
+                trials_token=token,
             )
 
     async def stop(self) -> None:
@@ -231,8 +245,12 @@ class RolloutReplica:
         trial = await asyncio.to_thread(self._take_trial, lease.rollout_id, limits)
         return ("ok", (result.model_dump_json().encode(), trial))
 
-    async def take_trial(self, rollout_id: str, limits: TrialLimits) -> TrialFiles:
-        return await asyncio.to_thread(self._take_trial, rollout_id, limits)
+    async def take_trials(
+        self, rollout_ids: list[str], limits: TrialLimits
+    ) -> dict[str, TrialFiles]:
+        """The trial files of several finished attempts at once (the engine talking to the
+        server directly fetches them this way): only those that left files, by id."""
+        return await asyncio.to_thread(self._take_trials, rollout_ids, limits)
 
     async def cancel(self, rollout_ids: list[str]) -> Reply:
         try:
@@ -245,6 +263,21 @@ class RolloutReplica:
         if self._client is None or self._process is None or not self._process.alive:
             raise RolloutServerUnavailable(f"rollout server {self._name!r} is not running")
         return self._client
+
+    def _take_trials(self, rollout_ids: list[str], limits: TrialLimits) -> dict[str, TrialFiles]:
+        taken = {}
+        for rollout_id in rollout_ids:
+            if self._trial_dir(rollout_id) is not None:  # most attempts leave none: a stat
+                trial = self._take_trial(rollout_id, limits)
+                if trial.files or trial.skipped:
+                    taken[rollout_id] = trial
+        return taken
+
+    def _trial_dir(self, rollout_id: str) -> Path | None:
+        if self._trials is None or not rollout_id or "/" in rollout_id or rollout_id[0] == ".":
+            return None
+        directory = self._trials / rollout_id
+        return directory if directory.is_dir() else None
 
     def _take_trial(self, rollout_id: str, limits: TrialLimits) -> TrialFiles:
         if self._trials is None or not rollout_id or "/" in rollout_id or rollout_id[0] == ".":
@@ -294,6 +327,7 @@ def _user() -> str:
 
 
 __all__ = [
+    "TRIALS_TOKEN_FILE",
     "ReplicaInfo",
     "ReplicaSpec",
     "Reply",

@@ -22,13 +22,20 @@ so). How it works:
   soft affinity: measured on a two-node cluster, both put two replicas on one node.
   `num_cpus=0`: the rollout server's own capacity is what limits it.
 - **Serve.** Each actor builds or reuses the rollout's uv environment on its node
-  (`prepare_environment`), starts the rollout server as its child on the node's loopback,
-  and relays the protocol: the endpoint's `api` calls the actor (admit, long-poll, cancel,
-  health), because rollout entrypoints bind `127.0.0.1`. With the terminal result the
-  actor sends the attempt's trial files (bounded by the run's artifact limits), which
-  `trial()` then has in `trials_root/<rollout_id>`: nothing comes back through a shared disk.
-  `transport="http"` talks to the server directly instead; it only works when every node
-  is this machine, and exists for bench/ray.py's comparison.
+  (`prepare_environment`) and starts the rollout server as its child. The engine then talks
+  to the server directly over HTTP when it answers from here (`transport="auto"`): at
+  `127.0.0.1` when the node is this machine, else at the node's address (rollout
+  entrypoints usually bind loopback, so a remote node rarely answers), checked with a
+  GET /health whose `instance_id` must be that server's. A server that does not answer is
+  reached through its actor (the relay: admit, long-poll, cancel and health are actor
+  calls, one more hop per attempt: bench/ray.py `transport`). The run's log says which,
+  per replica. Each attempt's trial files (bounded by the run's artifact limits) reach
+  `trials_root/<rollout_id>` with the relayed result; direct, `trial()` takes them from
+  the node's directory itself when that is this machine's (the actor's token file reads
+  the same here: no Ray call per attempt), else fetches them in one actor call for every
+  attempt finished meanwhile. No disk is assumed shared between machines.
+  `transport="actor"` / `"http"` force one path (bench/ray.py compares them);
+  `server_host` (`OSMOSIS_RAY_SERVER_HOST`) names the host to try instead of the node's.
 - **Fail.** An endpoint is dead when its server exits (the actor says why) or its actor
   dies (its node is gone, its worker crashed: Ray says so). The engine drains it (attempts
   back to pending with fresh rollout ids) and calls `replace`: a replica whose actor lives
@@ -67,8 +74,20 @@ from osmosis.eval.sites.api import (
     parse_result,
 )
 from osmosis.eval.sites.local import DEFAULT_MAX_RESTARTS, capacity_of
-from osmosis.eval.sites.ray.actor import ReplicaInfo, ReplicaSpec, RolloutReplica, raise_fault
-from osmosis.eval.sites.ray.ship import TrialFiles, TrialLimits, pack_working_dir, write_trial
+from osmosis.eval.sites.ray.actor import (
+    TRIALS_TOKEN_FILE,
+    ReplicaInfo,
+    ReplicaSpec,
+    RolloutReplica,
+    raise_fault,
+)
+from osmosis.eval.sites.ray.ship import (
+    TrialFiles,
+    TrialLimits,
+    collect_trial,
+    pack_working_dir,
+    write_trial,
+)
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.eval.sites.seam import (
     RESTART_WINDOW_SEC,
@@ -84,8 +103,12 @@ _CONNECT_TIMEOUT_SEC = 120.0
 _CALL_GRACE_SEC = 30.0  # beyond a result's own deadline, how long a relayed poll may take
 _LOG_POLL_SEC = 1.0
 _STOP_WAIT_SEC = 10.0
+_PROBE_SEC = 3.0  # how long the direct address has to answer its GET /health
+SERVER_HOST_ENV = "OSMOSIS_RAY_SERVER_HOST"
 
-Transport = Literal["actor", "http"]
+Transport = Literal["auto", "actor", "http"]
+"""How the engine reaches a replica's server: directly when it answers, else relayed
+("auto"); always through the actor; always directly (this machine's nodes only)."""
 
 
 class RayUnavailable(HostError):
@@ -148,6 +171,8 @@ class RayEndpoint:
         info: ReplicaInfo,
         *,
         site: RaySite,
+        direct_url: str | None = None,
+        trials_here: Path | None = None,
     ) -> None:
         self._name = name
         self.actor = actor
@@ -158,9 +183,16 @@ class RayEndpoint:
         self._reason = ""
         self.actor_alive = True
         """False once Ray says the actor itself is gone (not only its server)."""
+        self.direct_url = direct_url
+        """Where the engine talks to the server itself; None: through the actor."""
         self._api: RolloutAPI
-        if site.transport == "http":
-            self._api = RolloutClient(_http_url(info))
+        self.trials_here = trials_here
+        """The node's trial directory, when the engine shares the node's disk."""
+        self._trials: _TrialBatcher | None = None
+        if direct_url is not None:
+            self._api = RolloutClient(direct_url)
+            if trials_here is None:
+                self._trials = _TrialBatcher(self)
         else:
             self._api = _ActorAPI(self)
         self._tasks = [
@@ -202,13 +234,13 @@ class RayEndpoint:
 
     async def trial(self, rollout_id: str) -> Path | None:
         path = self._site.trials_root / rollout_id
-        if self._site.transport == "http" and not path.is_dir():
-            ray = self._site.ray
-            try:
-                files = await self.actor.take_trial.remote(rollout_id, self._site.trial_limits)
-            except ray.exceptions.RayError:
-                return None
-            await asyncio.to_thread(self._site.store_trial, rollout_id, files)
+        if self.trials_here is not None:  # the node is this machine: no Ray call
+            source = self.trials_here / rollout_id
+            # Most attempts leave none: a stat, as on the local site.
+            if _plain_id(rollout_id) and os.path.isdir(source):  # noqa: ASYNC240
+                await asyncio.to_thread(self._site.take_trial_here, rollout_id, source)
+        elif self._trials is not None:  # direct; relayed, the files came with the result
+            await self._trials.fetch(rollout_id)
         return path if path.is_dir() else None
 
     def mark_dead(self, reason: str) -> None:
@@ -220,6 +252,8 @@ class RayEndpoint:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._trials is not None:
+            await self._trials.close()
         with contextlib.suppress(Exception):
             await self._api.aclose()
         if kill:
@@ -250,6 +284,69 @@ class RayEndpoint:
                 return
             for line in lines:
                 self._site.emit(prefix + line)
+
+
+class _TrialBatcher:
+    """Direct transport: the trial files of attempts finished on one replica, fetched from
+    its actor in one call for all those asked for meanwhile (at 16 in flight, one actor
+    call per several attempts instead of one each)."""
+
+    def __init__(self, endpoint: RayEndpoint) -> None:
+        self._endpoint = endpoint
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def close(self) -> None:
+        """Stop fetching; whoever still waits goes on without trial files."""
+        self._closed = True
+        if self._runner is not None:
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_result(None)
+
+    async def fetch(self, rollout_id: str) -> None:
+        """Until `rollout_id`'s trial files (if any) are in `trials_root/<rollout_id>`;
+        nothing when the actor is gone (the attempt then has no trial directory)."""
+        if self._closed:
+            return
+        waiting = self._waiting.get(rollout_id)
+        if waiting is None:
+            waiting = self._waiting[rollout_id] = asyncio.get_running_loop().create_future()
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(
+                self._run(), name=f"ray-trials-{self._endpoint.name}"
+            )
+        await asyncio.shield(waiting)
+
+    async def _run(self) -> None:
+        site = self._endpoint._site
+        ray = site.ray
+        while self._waiting:
+            batch, self._waiting = self._waiting, {}
+            failure: BaseException | None = None
+            try:
+                trials = await self._endpoint.actor.take_trials.remote(
+                    list(batch), site.trial_limits
+                )
+                if trials:
+                    await asyncio.to_thread(_store_trials, site, trials)
+            except ray.exceptions.RayError:
+                pass  # the actor is gone: its node's trial files with it
+            except Exception as error:  # writing them here: each attempt waiting hears it
+                failure = error
+            finally:
+                for waiting in batch.values():
+                    if waiting.done():
+                        continue
+                    if failure is None:
+                        waiting.set_result(None)
+                    else:
+                        waiting.set_exception(failure)
+                        waiting.exception()  # read: an attempt cancelled meanwhile is no leak
 
 
 class _ActorAPI:
@@ -335,7 +432,8 @@ class RaySite:
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_window_sec: float = RESTART_WINDOW_SEC,
         startup_timeout: float = 60.0,
-        transport: Transport = "actor",
+        transport: Transport = "auto",
+        server_host: str | None = None,
     ) -> None:
         self.address = address
         self.workspace = workspace.resolve()
@@ -353,6 +451,7 @@ class RaySite:
         self.restarts = RestartBudget(max_restarts, window_sec=restart_window_sec)
         self.startup_timeout = startup_timeout
         self.transport: Transport = transport
+        self.server_host = server_host or os.environ.get(SERVER_HOST_ENV) or None
         self.ray: Any = None
         self._replica_class: Any = None
         self._scratch: Path | None = None
@@ -524,7 +623,47 @@ class RaySite:
                 hint=hint or None,
                 code=code,
             )
-        return RayEndpoint(name, actor, reply[1], site=self)
+        info: ReplicaInfo = reply[1]
+        try:
+            direct_url = await self._direct_url(name, info)
+            trials_here = None
+            if direct_url is not None and self._on_this_machine(info):
+                trials_here = await asyncio.to_thread(_shared_trials_dir, info)
+        except BaseException:  # cancelled while probing: the server is not left behind
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            raise
+        if trials_here is not None:
+            self.log(f"Ray: rollout server {name}: trial files taken from {trials_here}")
+        return RayEndpoint(
+            name, actor, info, site=self, direct_url=direct_url, trials_here=trials_here
+        )
+
+    def _on_this_machine(self, info: ReplicaInfo) -> bool:
+        from osmosis.loopback import is_loopback
+
+        return info.node_ip == self._local_ip or is_loopback(info.node_ip)
+
+    async def _direct_url(self, name: str, info: ReplicaInfo) -> str | None:
+        """Where the engine reaches `info`'s server itself, or None for the relay; the run's
+        log says which and why."""
+        where = f"rollout server {name} on {info.node_ip}"
+        if self.transport == "actor":
+            self.log(f"Ray: {where}: protocol calls relayed by its actor (transport=actor)")
+            return None
+        url = direct_candidate(info, local_ip=self._local_ip, host=self.server_host)
+        if self.transport == "http":
+            self.log(f"Ray: {where}: protocol calls straight to {url} (transport=http)")
+            return url
+        problem = await _probe(url, info)
+        if problem is None:
+            self.log(f"Ray: {where}: protocol calls straight to {url} (it answers from here)")
+            return url
+        self.log(
+            f"Ray: {where}: protocol calls relayed by its actor ({url} does not answer from "
+            f"here: {problem})"
+        )
+        return None
 
     # -- replacing and stopping -----------------------------------------------------------------
     async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
@@ -601,6 +740,16 @@ class RaySite:
         with contextlib.suppress(Exception):  # a failing log must not end the forwarding
             self.log(self.redactor.redact(line))
 
+    def take_trial_here(self, rollout_id: str, source: Path) -> None:
+        """Move a trial from a node on this machine: as the actor would ship it (regular
+        files within the limits, links never followed), the node's copy removed."""
+        try:
+            trial = collect_trial(source, self.trial_limits)
+        finally:
+            shutil.rmtree(source, ignore_errors=True)  # rmtree never follows links
+        if trial.files or trial.skipped:
+            self.store_trial(rollout_id, trial)
+
     def store_trial(self, rollout_id: str, trial: TrialFiles) -> None:
         write_trial(trial, self.trials_root / rollout_id, self.trial_limits)
         if trial.skipped:
@@ -608,8 +757,65 @@ class RaySite:
             self.emit(f"trial {rollout_id}: {len(trial.skipped)} files not shipped ({shown})")
 
 
-def _http_url(info: ReplicaInfo) -> str:
-    return info.base_url  # `http://127.0.0.1:<port>` on its node: this machine only
+def direct_candidate(info: ReplicaInfo, *, local_ip: str | None, host: str | None) -> str:
+    """The URL at which the engine tries `info`'s server: its own (loopback) URL when the
+    node is this machine, else the node's address with the server's port; `host` replaces
+    either.
+
+    direct_candidate(info, local_ip="10.0.0.5", host=None)  # 'http://10.0.0.7:8123'
+    """
+    from osmosis.loopback import is_loopback
+
+    parts = urlsplit(info.base_url)
+    if host is None:
+        if info.node_ip == local_ip or is_loopback(info.node_ip):
+            return info.base_url
+        host = info.node_ip
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    return f"{parts.scheme}://{host}:{parts.port}"
+
+
+async def _probe(url: str, info: ReplicaInfo) -> str | None:
+    """Why `url` is not `info`'s server as seen from here, if it is not: it must answer
+    GET /health within `_PROBE_SEC` with the instance id the actor saw."""
+    client = RolloutClient(url, transport_retries=0)
+    try:
+        health = await asyncio.wait_for(client.health(), _PROBE_SEC)
+    except TimeoutError:
+        return f"no answer within {_PROBE_SEC:g} s"
+    except Exception as error:
+        return _first_line(error)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+    expected = info.health.get("instance_id")
+    if expected is not None and health.get("instance_id") != expected:
+        return "another server answers there"
+    return None
+
+
+def _shared_trials_dir(info: ReplicaInfo) -> Path | None:
+    """`info`'s trial directory if this process sees the node's own (its token file reads
+    the same here), else None: another machine, or a private /tmp."""
+    if not info.trials_dir or not info.trials_token:
+        return None
+    directory = Path(info.trials_dir)
+    try:
+        with open(directory / TRIALS_TOKEN_FILE, encoding="utf-8") as token:
+            same = token.read(256) == info.trials_token
+    except (OSError, ValueError):  # unreadable here, or not the text the actor wrote
+        return None
+    return directory if same else None
+
+
+def _plain_id(rollout_id: str) -> bool:
+    return bool(rollout_id) and "/" not in rollout_id and not rollout_id.startswith(".")
+
+
+def _store_trials(site: RaySite, trials: Mapping[str, TrialFiles]) -> None:
+    for rollout_id, files in trials.items():
+        site.store_trial(rollout_id, files)
 
 
 def _first_line(error: BaseException) -> str:
@@ -619,10 +825,12 @@ def _first_line(error: BaseException) -> str:
 
 __all__ = [
     "RAY_EXTRA_HINT",
+    "SERVER_HOST_ENV",
     "RayEndpoint",
     "RaySite",
     "RayStartError",
     "RayUnavailable",
     "bridge_reach_problem",
+    "direct_candidate",
     "import_ray",
 ]
