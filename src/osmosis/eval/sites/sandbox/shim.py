@@ -30,8 +30,8 @@ and SIGINT to it, and exits with its status (128 + signal number when a signal k
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import importlib
 import os
 import resource
 import signal
@@ -39,13 +39,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio  # imported by `_import_asyncio`, once the rollout server is starting
+
+    _Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 _CHUNK = 256 * 1024
 # As uvicorn listens: asyncio's default (100) drops a burst of hundreds of connections (TCP)
 # or refuses it (a Unix socket), and the first wave of a run is such a burst.
 _BACKLOG = 2048
-_Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 _HARD_MARGIN = {"CPU": 5}  # seconds between SIGXCPU (soft) and SIGKILL (hard)
 
 
@@ -64,7 +68,41 @@ def main(argv: list[str] | None = None) -> int:
     if (args.listen_fd is None) != (args.rollout_port is None):
         parser.error("--listen-fd and --rollout-port go together")
     limits = [_parse_limit(text) for text in args.rlimit]
-    return asyncio.run(_serve(args, command, limits))
+    child = None
+    if args.listen_fd is not None:
+        # A rollout server starts first: its interpreter and imports (~0.5 s) overlap the
+        # shim's own (asyncio, ~50 ms) and its listeners. The engine's connections wait in
+        # the listening socket's backlog meanwhile, and nothing calls the bridge before the
+        # engine dispatches. An environment build (no --listen-fd) may reach the package
+        # proxy at once: its listener comes first.
+        child = _spawn(command, limits)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda received, _frame: _relay(child, received))
+    _import_asyncio()
+    return asyncio.run(_serve(args, command, limits, child))
+
+
+def _import_asyncio() -> None:
+    globals()["asyncio"] = importlib.import_module("asyncio")
+
+
+def _spawn(command: list[str], limits: list[tuple[int, str, int]]) -> subprocess.Popen[Any]:
+    """The rollout server (or the build), under its resource limits."""
+
+    def set_limits() -> None:
+        for kind, name, value in limits:
+            resource.setrlimit(kind, (value, value + _HARD_MARGIN.get(name, 0)))
+
+    # The listening descriptor stays with the shim (close_fds): the rollout never holds it.
+    # The readiness pipe goes on to the rollout, and the shim keeps no copy of it, so that
+    # its end of file still means the rollout exited.
+    ready = _ready_fd()
+    child = subprocess.Popen(
+        command, preexec_fn=set_limits, close_fds=True, pass_fds=() if ready is None else (ready,)
+    )
+    if ready is not None:
+        os.close(ready)
+    return child
 
 
 def _parse_limit(text: str) -> tuple[int, str, int]:
@@ -74,7 +112,10 @@ def _parse_limit(text: str) -> tuple[int, str, int]:
 
 
 async def _serve(
-    args: argparse.Namespace, command: list[str], limits: list[tuple[int, str, int]]
+    args: argparse.Namespace,
+    command: list[str],
+    limits: list[tuple[int, str, int]],
+    child: subprocess.Popen[Any] | None,
 ) -> int:
     loop = asyncio.get_running_loop()
     servers: list[asyncio.AbstractServer] = []
@@ -99,19 +140,8 @@ async def _serve(
             )
         )
 
-    def set_limits() -> None:
-        for kind, name, value in limits:
-            resource.setrlimit(kind, (value, value + _HARD_MARGIN.get(name, 0)))
-
-    # The listening descriptor stays with the shim (close_fds): the rollout never holds it.
-    # The readiness pipe goes on to the rollout, and the shim keeps no copy of it, so that
-    # its end of file still means the rollout exited.
-    ready = _ready_fd()
-    child = subprocess.Popen(  # noqa: ASYNC220
-        command, preexec_fn=set_limits, close_fds=True, pass_fds=() if ready is None else (ready,)
-    )
-    if ready is not None:
-        os.close(ready)
+    if child is None:
+        child = _spawn(command, limits)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _relay, child, signum)
     code = await loop.run_in_executor(None, child.wait)
