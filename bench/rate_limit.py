@@ -17,7 +17,7 @@ Rows:
                 adaptive row took: each one's share of the calls answered
 
 Figures: 429s adaptive vs fixed (target >= 5x fewer), throughput vs `--rate` (target within
-15 %): over the adaptive row (its ramp from 8 in flight and its tail of retried calls
+15 %): over the adaptive row (its first burst of 128 and its tail of retried calls
 included) and steady (the shared rows' second half, both bridges together), and each shared
 bridge's share (target within 30 % of half).
 

@@ -33,8 +33,16 @@ async def refused() -> str:
     raise ProviderError("bad request", status=400)
 
 
+def test_a_named_max_in_flight_is_the_limit_until_the_provider_refuses() -> None:
+    assert AdaptiveLimit(KEY, ceiling=64).limit == 64
+    unnamed = AdaptiveLimit(KEY)  # nobody said what the provider takes: slow start
+    assert unnamed.limit == INITIAL_LIMIT
+    unnamed.raise_ceiling(48)  # a run naming its max_in_flight joins before any refusal
+    assert unnamed.limit == 48
+
+
 async def test_successes_grow_the_limit_only_while_every_slot_is_taken() -> None:
-    limit = AdaptiveLimit(KEY, ceiling=64)
+    limit = AdaptiveLimit(KEY)  # no max_in_flight named: it starts low and grows
     for _ in range(20):  # one call at a time: the limit is never what holds calls back
         await limit.call(ok, owner="run")
     assert limit.limit == INITIAL_LIMIT
