@@ -4,7 +4,10 @@
       manifest.json   events.jsonl (journal)   logs.txt
       index.jsonl     summary.jsonl            progress.json    metrics.json
       rollout_trials/<rollout_id>/...          (written by the rollout server; then, for the
-                                               official `eval upload`, links to the two below)
+                                               official `eval upload`, links to the two below,
+                                               on a thread of their own: complete once the
+                                               directory is closed, so after a crash the last
+                                               attempts' may be missing)
       trajectories/row_<r>_run_<k>.json        artifacts/row_<r>_run_<k>/...
 
 Every finished attempt is appended to `events.jsonl` and fsynced before it counts; a resume
@@ -34,6 +37,7 @@ import threading
 import uuid
 from array import array
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,6 +133,11 @@ class RunDirectory:
         self._writer: GroupCommit[FinishedAttempt, tuple[AttemptRecord, int]] = GroupCommit(
             write=self._write, commit=self._commit, name=f"journal-{self.name}"
         )
+        # `rollout_trials/` in the official layout is filled off the commit path: its file
+        # operations on the writer thread cost a third of the dispatch rate at 0 ms latency
+        # (631 vs 995 attempts/s). Complete once the run directory is closed.
+        self._mirrors: ThreadPoolExecutor | None = None
+        self._mirrored: Future[None] | None = None
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
@@ -244,6 +253,22 @@ class RunDirectory:
         record, offset = self._write(attempt)
         self._commit()
         self._index(record, offset)
+        if self._mirrored is not None:
+            self._mirrored.result()  # its `rollout_trials/` entry too, before returning
+
+    def _mirror(self, record: AttemptRecord, **files: Any) -> None:
+        """Queue the attempt's `rollout_trials/<rollout_id>/` (`mirror_trial`) on the mirror
+        thread; a failure there is logged, never the attempt's."""
+        if self._mirrors is None:
+            self._mirrors = ThreadPoolExecutor(1, thread_name_prefix=f"mirror-{self.name}")
+
+        def mirror() -> None:
+            try:
+                mirror_trial(self.path, record, **files)
+            except OSError as error:
+                self.log(f"rollout_trials/{record.rollout_id}: not filled ({error})")
+
+        self._mirrored = self._mirrors.submit(mirror)
 
     def _write(self, attempt: FinishedAttempt) -> tuple[AttemptRecord, int]:
         """Its trajectory and artifacts first, then its journal line (not yet fsynced): a crash
@@ -273,8 +298,7 @@ class RunDirectory:
                 copied.skipped[:0] = skipped
             if (note := copied.summary()) is not None:
                 self.log(f"artifacts of {stem}: {note}")
-        mirror_trial(
-            self.path,
+        self._mirror(
             record,
             trajectory=self.path / "trajectories" / f"{stem}.json",
             document=document,
@@ -361,6 +385,9 @@ class RunDirectory:
 
     def close(self) -> None:
         self._writer.close()  # what is queued is written and committed first
+        if self._mirrors is not None:
+            self._mirrors.shutdown(wait=True)  # and every rollout_trials/ entry is there
+            self._mirrors = None
         for handle in (self._journal, self._log, self._lock):
             if handle is not None:
                 handle.close()
