@@ -237,9 +237,13 @@ async def test_a_call_waiting_between_retries_is_answered_503_when_an_outage_is_
     ]
     retry = RetryPolicy(max_attempts=4, max_elapsed=60, initial_backoff=0.01, max_backoff=0.05)
     policy = OutagePolicy(probe_first_s=60)
+    # Without the adaptive limit: it would rightly hold r1's 429'd slot for the Retry-After,
+    # and r2 would wait for it instead of meeting the outage.
     async with (
         FakeModelServer(script=script) as fake,
-        ModelBridge(target=target_for(fake.base_url), retry=retry, outage_policy=policy) as bridge,
+        ModelBridge(
+            target=target_for(fake.base_url), retry=retry, outage_policy=policy, adaptive=False
+        ) as bridge,
         httpx.AsyncClient(timeout=30, **PLAIN) as client,
     ):
         began = time.monotonic()
