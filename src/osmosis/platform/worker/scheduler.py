@@ -221,6 +221,7 @@ class Scheduler:
         workers = [held.worker for held in self._held.values() if held.worker is not None]
         if self.spare is not None:
             workers.append(self.spare)
+            _close_stdin(self.spare)
             self.spare = None
         for worker in workers:
             if worker.poll() is None:
@@ -511,6 +512,7 @@ class Scheduler:
             spare.stdin.write(f"{claim.run_id} {claim.epoch}\n".encode())
             spare.stdin.close()
         except OSError:  # it died meanwhile: a worker of its own for the run
+            _close_stdin(spare)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(spare.pid, signal.SIGKILL)
             return None
@@ -535,6 +537,7 @@ class Scheduler:
                 self._spare_log(),
                 delay,
             )
+            _close_stdin(self.spare)
             self.spare = None
         if now < self._spare_backoff.due:
             return
@@ -686,6 +689,13 @@ class Scheduler:
 def worker_log_path(home: Path, run_id: str) -> Path:
     """A run's worker log: its worker's stdout and stderr."""
     return home / "logs" / "workers" / f"{run_id}.log"
+
+
+def _close_stdin(worker: subprocess.Popen[bytes]) -> None:
+    """Close our end of a spare's stdin (it never took a run, or it died taking one)."""
+    if worker.stdin is not None:
+        with contextlib.suppress(OSError):
+            worker.stdin.close()
 
 
 def _signal_name(number: int) -> str:
