@@ -182,6 +182,26 @@ async def test_an_entrypoint_that_never_gets_healthy_times_out_and_is_stopped(tm
     assert f"{LOG_PREFIX}warming up forever" in log
 
 
+async def test_a_server_that_says_ready_but_never_listens_does_not_busy_wait_the_engine(
+    tmp_path,
+):
+    cpu = time.process_time()
+    with pytest.raises(RolloutStartError, match=r"within 2 s"):
+        await RolloutProcess.start(
+            CURRENT,
+            ROLLOUTS / "ready_never_listens",
+            "main.py",
+            env={},
+            artifact_root=tmp_path,
+            log=lambda _: None,
+            redactor=Redactor([]),
+            startup_timeout=2,
+        )
+    # A readiness pipe left readable must not spin the event loop for the whole wait: polling
+    # every few ms costs a few hundredths of a second of CPU, a spin the full 2 s.
+    assert time.process_time() - cpu < 1.0
+
+
 async def test_a_missing_entrypoint_is_a_start_error(tmp_path):
     with pytest.raises(RolloutStartError, match="does not exist"):
         await RolloutProcess.start(

@@ -511,8 +511,16 @@ class RolloutProcess:
         deadline = time.monotonic() + budget_sec
         interval = _POLL_FIRST_SEC
         signalled = asyncio.Event()
-        if self._ready_fd is not None:
-            self._loop.add_reader(self._ready_fd, signalled.set)
+        ready_fd = self._ready_fd
+        if ready_fd is not None:
+
+            def on_ready() -> None:
+                # Once: the pipe stays readable (its data unread, or its end of file), and a
+                # level-triggered reader would spin the loop until the server answers.
+                self._loop.remove_reader(ready_fd)
+                signalled.set()
+
+            self._loop.add_reader(ready_fd, on_ready)
         client = self._http()
         try:
             while True:
