@@ -359,9 +359,7 @@ async def _dispatch(
         try:
             return await engine.run(_work_items(plan, run))
         finally:
-            budget_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await budget_watch
+            await _cancelled(budget_watch)
             _note_bridge(bridge, run, report)
             if recorder is not None and recorder.mode != "off":
                 # Also in metrics.json `eval_run.bridge`, over every invocation of the run:
