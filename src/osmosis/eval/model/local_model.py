@@ -597,6 +597,24 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def _let_llama_cpp_finish_logging(quiet_for: float = 0.2, at_most: float = 2.0) -> None:
+    """Wait until llama.cpp's log thread has written the reason a start failed.
+
+    llama.cpp queues its log lines for a thread of its own; on a loaded machine a child that
+    exits at once can take the queue with it (seen in CI: the reason the parent quotes was
+    lost). Its output is the parent's file, so "written" is "stderr stopped growing".
+    """
+    deadline = time.monotonic() + at_most
+    size, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now_size = os.fstat(2).st_size
+        if now_size != size:
+            size, since = now_size, time.monotonic()
+        elif size > 0 and time.monotonic() - since >= quiet_for:
+            return
+        time.sleep(0.02)
+
+
 def _serve_child() -> None:
     """Read the configuration from stdin, serve, print the address, and serve until stdin ends."""
     # Our one line of protocol goes to the real stdout; anything llama.cpp prints goes to
@@ -626,7 +644,8 @@ def _serve_child() -> None:
 
     try:
         server = xllamacpp.Server(params)  # returns once the model is loaded and the port listens
-    except RuntimeError as error:  # llama.cpp has logged the cause above; skip the traceback
+    except RuntimeError as error:  # llama.cpp has logged the cause; skip the traceback
+        _let_llama_cpp_finish_logging()
         print(f"xllamacpp: {error}", file=sys.stderr)
         sys.exit(1)
     os.write(protocol, json.dumps({"url": server.listening_address}).encode() + b"\n")
