@@ -11,13 +11,12 @@ first, before any of its model calls can arrive. Nothing else of the site change
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
-from osmosis.eval.sites.api import Lease, ResourceLimitBreach, RolloutAPI
-from osmosis.eval.sites.seam import Endpoint, Site
-from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
+from osmosis.eval.sites.api import Lease, RolloutAPI
+from osmosis.eval.sites.seam import Site
+from osmosis.eval.sites.wrapped import ApiWrappedSite, ForwardingAPI
+from osmosis.rollout.protocol import RolloutInitRequest
 
 __all__ = ["Assign", "KeyedSite"]
 
@@ -25,102 +24,23 @@ Assign = Callable[..., None]
 """`assign(rollout_id, row=..., run=...)`: `CallRecorder.assign`."""
 
 
-class _KeyedAPI:
+class _KeyedAPI(ForwardingAPI):
     """The endpoint's rollout protocol; `start` assigns the rollout its attempt first."""
 
     def __init__(self, api: RolloutAPI, assign: Assign) -> None:
-        self._api = api
+        super().__init__(api)
         self._assign = assign
-
-    async def health(self) -> dict[str, object]:
-        return await self._api.health()
 
     async def start(self, request: RolloutInitRequest) -> Lease:
         extra = request.extra_fields or {}
         row, run = extra.get("row_index"), extra.get("run_index")
         if isinstance(row, int) and isinstance(run, int):
             self._assign(request.rollout_id, row=row, run=run)
-        return await self._api.start(request)
-
-    async def wait(
-        self, lease: Lease, *, deadline_sec: float | None = None
-    ) -> RolloutResultResponse:
-        return await self._api.wait(lease, deadline_sec=deadline_sec)
-
-    async def cancel(self, rollout_ids: list[str]) -> dict[str, str]:
-        return await self._api.cancel(rollout_ids)
-
-    async def aclose(self) -> None:
-        await self._api.aclose()
+        return await self.inner.start(request)
 
 
-class _KeyedEndpoint:
-    """One endpoint, unchanged but for its `api`."""
-
-    def __init__(self, inner: Endpoint, assign: Assign) -> None:
-        self.inner = inner
-        self._assign = assign
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def node(self) -> str:
-        return self.inner.node
-
-    @property
-    def base_url(self) -> str:
-        return self.inner.base_url
-
-    @property
-    def capacity(self) -> int | None:
-        return self.inner.capacity
-
-    @property
-    def api(self) -> RolloutAPI:
-        return _KeyedAPI(self.inner.api, self._assign)
-
-    @property
-    def dead(self) -> asyncio.Event:
-        return self.inner.dead
-
-    @property
-    def death_reason(self) -> str:
-        return self.inner.death_reason
-
-    @property
-    def breach(self) -> ResourceLimitBreach | None:
-        return self.inner.breach
-
-    async def trial(self, rollout_id: str) -> Path | None:
-        return await self.inner.trial(rollout_id)
-
-
-class KeyedSite:
+class KeyedSite(ApiWrappedSite):
     """`site` as the engine sees it, each admission assigning its attempt (module doc)."""
 
     def __init__(self, site: Site, assign: Assign) -> None:
-        self._site = site
-        self._assign = assign
-        self._wrapped: dict[int, _KeyedEndpoint] = {}
-
-    def _wrap(self, endpoint: Endpoint) -> _KeyedEndpoint:
-        wrapped = self._wrapped.get(id(endpoint))
-        if wrapped is None or wrapped.inner is not endpoint:
-            wrapped = self._wrapped[id(endpoint)] = _KeyedEndpoint(endpoint, self._assign)
-        return wrapped
-
-    @property
-    def endpoints(self) -> Sequence[Endpoint]:
-        return [self._wrap(endpoint) for endpoint in self._site.endpoints]
-
-    async def start(self, replicas: int | None = None) -> None:
-        await self._site.start(replicas)
-
-    async def stop(self) -> None:
-        await self._site.stop()
-
-    async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
-        inner = endpoint.inner if isinstance(endpoint, _KeyedEndpoint) else endpoint
-        return self._wrap(await self._site.replace(inner, reason))
+        super().__init__(site, lambda api: _KeyedAPI(api, assign))

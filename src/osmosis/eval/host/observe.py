@@ -17,17 +17,16 @@ into the run.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from osmosis.eval.results.records import AttemptRecord, FinishedAttempt
 from osmosis.eval.sites.api import Lease, ResourceLimitBreach, RolloutAPI
 from osmosis.eval.sites.seam import Endpoint, Site
-from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
+from osmosis.eval.sites.wrapped import ApiWrappedSite, ForwardingAPI
+from osmosis.rollout.protocol import RolloutInitRequest
 
 if TYPE_CHECKING:
     from osmosis.eval.engine import PolicyBridge, ResultsSink
@@ -234,15 +233,12 @@ class ObservedSink:
 
 
 # -- the site's side --------------------------------------------------------------------------
-class _ObservedAPI:
+class _ObservedAPI(ForwardingAPI):
     """An endpoint's rollout protocol; `start` (the admission) is timed and told."""
 
     def __init__(self, api: RolloutAPI, observer: RunObserver) -> None:
-        self._api = api
+        super().__init__(api)
         self._observer = observer
-
-    async def health(self) -> dict[str, object]:
-        return await self._api.health()
 
     async def start(self, request: RolloutInitRequest) -> Lease:
         extra = request.extra_fields or {}
@@ -250,7 +246,7 @@ class _ObservedAPI:
         started = time.time_ns()
         error: str | None = "cancelled"
         try:
-            lease = await self._api.start(request)
+            lease = await self.inner.start(request)
             error = None
             return lease
         except Exception as exc:
@@ -266,90 +262,17 @@ class _ObservedAPI:
                 error=error,
             )
 
-    async def wait(
-        self, lease: Lease, *, deadline_sec: float | None = None
-    ) -> RolloutResultResponse:
-        return await self._api.wait(lease, deadline_sec=deadline_sec)
 
-    async def cancel(self, rollout_ids: list[str]) -> dict[str, str]:
-        return await self._api.cancel(rollout_ids)
-
-    async def aclose(self) -> None:
-        await self._api.aclose()
-
-
-class _ObservedEndpoint:
-    """One endpoint, unchanged but for its `api`."""
-
-    def __init__(self, inner: Endpoint, observer: RunObserver) -> None:
-        self.inner = inner
-        self._api = _ObservedAPI(inner.api, observer)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def node(self) -> str:
-        return self.inner.node
-
-    @property
-    def base_url(self) -> str:
-        return self.inner.base_url
-
-    @property
-    def capacity(self) -> int | None:
-        return self.inner.capacity
-
-    @property
-    def api(self) -> RolloutAPI:
-        return self._api
-
-    @property
-    def dead(self) -> asyncio.Event:
-        return self.inner.dead
-
-    @property
-    def death_reason(self) -> str:
-        return self.inner.death_reason
-
-    @property
-    def breach(self) -> ResourceLimitBreach | None:
-        return self.inner.breach
-
-    async def trial(self, rollout_id: str) -> Path | None:
-        return await self.inner.trial(rollout_id)
-
-
-class ObservedSite:
+class ObservedSite(ApiWrappedSite):
     """`site` as the engine sees it: admissions timed, replacements (restarts) told."""
 
     def __init__(self, site: Site, observer: RunObserver) -> None:
-        self._site = site
-        self._observer = safely(observer)
-        self._wrapped: dict[int, _ObservedEndpoint] = {}
+        observer = safely(observer)
 
-    def _wrap(self, endpoint: Endpoint) -> _ObservedEndpoint:
-        wrapped = self._wrapped.get(id(endpoint))
-        if wrapped is None or wrapped.inner is not endpoint:
-            wrapped = self._wrapped[id(endpoint)] = _ObservedEndpoint(endpoint, self._observer)
-        return wrapped
+        def replaced(old: Endpoint, reason: str) -> None:
+            observer.server_restarted(old.name, reason, old.breach)
 
-    @property
-    def endpoints(self) -> Sequence[Endpoint]:
-        return [self._wrap(endpoint) for endpoint in self._site.endpoints]
-
-    async def start(self, replicas: int | None = None) -> None:
-        await self._site.start(replicas)
-
-    async def stop(self) -> None:
-        await self._site.stop()
-
-    async def replace(self, endpoint: Endpoint, reason: str) -> Endpoint:
-        inner = endpoint.inner if isinstance(endpoint, _ObservedEndpoint) else endpoint
-        replacement = await self._site.replace(inner, reason)
-        self._observer.server_restarted(inner.name, reason, inner.breach)
-        return self._wrap(replacement)
+        super().__init__(site, lambda api: _ObservedAPI(api, observer), replaced=replaced)
 
 
 def call_bounds_ns(call: CallRecord) -> tuple[int, int]:
