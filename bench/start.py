@@ -14,6 +14,9 @@ Every figure is set beside a limit measured in the same run (issue 30):
               exit       the last record → the process gone (outputs, servers stopped)
             against a bare client's whole command: the interpreter, aiohttp and one chat
             call (`bench/engine.py`'s client). Fixed cost = whole - attempts.
+            Beside it, the rollout server's own start outside the engine: `python main.py`
+            spawned → `GET /health` 200, against a bare FastAPI app on uvicorn (the same
+            imports, one `/health` route) started the same way.
   sandbox   the same run with `--sandbox` (the bubblewrap site), against `fixed`.
   latency   200 ms model latency, 500 rows, 64 in flight: the whole command against the
             ideal (rows / concurrency x latency), the bare client's whole command beside.
@@ -38,9 +41,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 # ruff: noqa: E402
 
 import argparse
+import http.client
 import importlib.util
 import json
 import os
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -53,6 +58,23 @@ from osmosis.testing import FakeModelServer
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 PHASES = ("start", "bridge", "servers", "dispatch", "attempts", "exit")
+
+# The limit for the rollout server's start: what any FastAPI app on uvicorn needs to answer.
+BARE_SERVER = """
+import os
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+app = FastAPI()
+
+@app.get("/health")
+async def health() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+uvicorn.run(app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]),
+            log_level="warning", access_log=False)
+"""
 
 
 def _bench_module(name: str) -> ModuleType:
@@ -123,6 +145,33 @@ def bare_client(model: FakeModelServer, calls: int, concurrency: int) -> float:
     return time.time() - began
 
 
+def server_start(command: list[str], cwd: Path) -> float:
+    """Seconds from spawning a server on `_OSMOSIS_ROLLOUT_PORT` to its `GET /health` 200,
+    asked every 2 ms (as the engine does once told the server is ready)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "_OSMOSIS_ROLLOUT_PORT": str(port)}
+    began = time.perf_counter()
+    child = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE)
+    try:
+        while child.poll() is None:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                connection.request("GET", "/health")
+                if connection.getresponse().status == 200:
+                    return time.perf_counter() - began
+            except OSError:
+                time.sleep(0.002)
+            finally:
+                connection.close()
+        assert child.stderr is not None
+        raise SystemExit(f"{command} exited {child.returncode}:\n{child.stderr.read()[-3000:]!r}")
+    finally:
+        child.terminate()
+        child.communicate()
+
+
 def median_of(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
@@ -157,12 +206,18 @@ def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[d
     label = "eval run --sandbox" if extra else "eval run"
     runs: list[dict[str, float]] = []
     bares: list[float] = []
+    starts: list[float] = []
+    bare_starts: list[float] = []
     with FakeModelServer() as model, tempfile.TemporaryDirectory() as scratch:
         workdir = one_row_workspace(Path(scratch))
         eval_run(workdir, model, "warm", *extra)  # the page cache, the environment check
         for index in range(repeat):
             bares.append(bare_client(model, 1, 1))
             runs.append(eval_run(workdir, model, f"run{index}", *extra))
+            if not extra:
+                rollout = workdir / "rollouts" / "bench"
+                starts.append(server_start([sys.executable, "main.py"], rollout))
+                bare_starts.append(server_start([sys.executable, "-c", BARE_SERVER], workdir))
     bare = statistics.median(bares)
     whole = median_of(runs, "whole")
     table.add(
@@ -180,6 +235,14 @@ def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[d
     )
     for phase in PHASES:
         table.add(f"  phase {phase}", f"{median_of(runs, phase):.3f} s", "", "")
+    if starts:
+        start, bare_start = statistics.median(starts), statistics.median(bare_starts)
+        table.add(
+            "rollout server start: spawn → /health 200",
+            f"{start:.3f} s ({spread(starts)})",
+            f"bare FastAPI server {bare_start:.3f} s ({spread(bare_starts)})",
+            f"{start / bare_start:.2f}x, {(start - bare_start) * 1000:+.0f} ms",
+        )
     return runs
 
 
