@@ -87,6 +87,24 @@ async def test_example_multiply_starts_healthy_and_stops_without_a_trace(tmp_pat
     assert any(line.startswith(LOG_PREFIX) for line in log)
 
 
+@pytest.mark.parametrize("nothing_to_shut_down", [False, True], ids=["graceful", "at once"])
+async def test_a_stop_is_graceful_unless_the_server_said_nothing_runs_on_shutdown(
+    tmp_path, nothing_to_shut_down
+):
+    marker = tmp_path / "terminated"
+    env = {"TERM_MARKER": str(marker)}
+    if nothing_to_shut_down:
+        env["NOTHING_TO_SHUT_DOWN"] = "1"
+    process = await start_chatty(tmp_path, [].append, env=env)
+    returncode = await process.stop()
+    assert not is_running(process.pid)
+    if nothing_to_shut_down:  # killed: its SIGTERM handler never ran
+        assert returncode == -signal.SIGKILL and not marker.exists()
+    else:
+        assert returncode == 0 and marker.read_text() == "terminated gracefully"
+    assert process.exit_reason == "rollout server 'chatty' was stopped"
+
+
 async def test_secrets_printed_by_the_rollout_reach_the_log_only_redacted(tmp_path):
     log: list[str] = []
     base_env = dict(os.environ, OPENAI_API_KEY="sk-engine", OSMOSIS_HOME="/x", PLAIN_SETTING="1")

@@ -52,6 +52,7 @@ from osmosis.rollout.protocol import (
     INSTANCE_HEADER,
     LEASE_HEADER,
     SDK_VERSION_HEADER,
+    SHUTDOWN_HEADER,
     TRAJECTORY_HEADER,
     WAIT_HEADER,
     CancelRolloutsRequest,
@@ -166,7 +167,8 @@ def create_rollout_server(
     if api_key is not None:
         app.add_middleware(_BearerAuth, api_key=api_key)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.hot = _HotRoutes(service, api_key=api_key, own_middleware=len(app.user_middleware))
+    own_middleware = len(app.user_middleware)
+    app.hot = _HotRoutes(service, api_key=api_key, own_middleware=own_middleware)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -181,7 +183,19 @@ def create_rollout_server(
             },
         )
         headers = {INSTANCE_HEADER: instance_id, SDK_VERSION_HEADER: __version__}
+        if not has_shutdown_work():
+            headers[SHUTDOWN_HEADER] = "none"
         return JSONResponse(payload, headers=headers)
+
+    def has_shutdown_work() -> bool:
+        # Read when asked: the user may add handlers or middleware after this call. Rollouts
+        # still in flight are the engine's to cancel; the shared policy client only closes.
+        return (
+            lifespan is not None
+            or bool(app.router.on_shutdown)
+            or type(backend).shutdown is not ExecutionBackend.shutdown
+            or len(app.user_middleware) > own_middleware
+        )
 
     # The routes below answer whatever the hot path hands over (see the module doc), with
     # FastAPI's validation and error shapes: stand-ins that hand the request to their typed

@@ -2,7 +2,9 @@
 
 At start-up it prints its secret, which credential variables it can see and, with
 `FLOOD_LINES=N`, N lines more than any pipe holds; then it serves `GET /health`. With
-`TERM_MARKER=path`, a SIGTERM (a graceful stop) writes that file before it exits.
+`TERM_MARKER=path`, a SIGTERM (a graceful stop) writes that file before it exits; with
+`NOTHING_TO_SHUT_DOWN=1`, its health says so (`x-osmosis-rollout-shutdown: none`), as our SDK's
+server does when no code of the user's would run on shutdown.
 """
 
 import json
@@ -28,6 +30,8 @@ class Health(BaseHTTPRequestHandler):
         ).encode()
         self.send_response(200 if self.path == "/health" else 404)
         self.send_header("Content-Type", "application/json")
+        if os.environ.get("NOTHING_TO_SHUT_DOWN"):
+            self.send_header("x-osmosis-rollout-shutdown", "none")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
