@@ -1,17 +1,20 @@
 """The `osmosis` command: global options, command groups, and the error/exit-code policy.
 
 Start-up stays light: this module imports typer only; rich loads when something prints, and
-each command imports what it needs (FastAPI, pyarrow, litellm, ...) inside its own body.
+each command imports what it needs (FastAPI, pyarrow, litellm, ...) inside its own body. The
+command tree holds only the branch the line names (`build_app`), so `osmosis eval run` neither
+imports nor builds the other commands.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -32,15 +35,6 @@ from osmosis.cli.output import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-app = typer.Typer(
-    name="osmosis",
-    help="Evaluate LLM agent rollouts on your machine or a self-hosted platform.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
 
 def _version_callback(value: bool) -> None:
     if value:
@@ -48,7 +42,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False,
@@ -85,32 +78,111 @@ def _root(
     """Evaluate LLM agent rollouts on your machine or a self-hosted platform."""
 
 
-def _register_groups() -> None:
-    # Each group module imports only typer at module level, so `osmosis --help` stays fast.
-    from osmosis.cli import admin, auth, dataset, dev, doctor, eval, secret, server, workspace
-
-    app.add_typer(dataset.app, name="dataset")
-    app.add_typer(dev.app, name="dev")
-    app.add_typer(eval.app, name="eval")
-    app.add_typer(server.app, name="server")
-    app.add_typer(auth.app, name="auth")
-    app.add_typer(admin.app, name="admin")
-    app.add_typer(secret.app, name="secret")
-    app.add_typer(workspace.app, name="workspace")
-    app.command("doctor")(doctor.doctor)
-    _register_scaffolding()
+# What `osmosis` holds, in the order help lists it (typer lists commands before groups).
+_COMMANDS = ("doctor", "init")
+_GROUPS = ("dataset", "dev", "eval", "server", "auth", "admin", "secret", "workspace", "rollout",
+           "template")  # fmt: skip
 
 
-def _register_scaffolding() -> None:
-    # `init`, `rollout init`, `template list|apply`: a workspace from nothing (issue 17).
-    from osmosis.cli import init, rollout, template
+def build_app(args: Sequence[str] = ()) -> typer.Typer:
+    """The `osmosis` command tree for a command line (global options already taken out).
 
-    app.command("init")(init.init_command)
-    app.add_typer(rollout.app, name="rollout")
-    app.add_typer(template.app, name="template")
+    A line that names a command or group gets that branch alone (`eval run` builds no other
+    `eval` command): typer turns every command it holds into a click command on each call,
+    after its module is imported. Any other line (no command, `osmosis --help`, a typo) gets
+    the whole tree, so click can list every command or suggest the nearest.
+
+        build_app(["eval", "run", "configs/eval/x.toml"])  # osmosis > eval > run only
+    """
+    root = typer.Typer(
+        name="osmosis",
+        help="Evaluate LLM agent rollouts on your machine or a self-hosted platform.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    root.callback()(_root)
+    named = args[0] if args and args[0] in (*_COMMANDS, *_GROUPS) else None
+    below = args[1] if named and len(args) > 1 else None
+    for name in _COMMANDS:
+        if named in (None, name):
+            root.command(name)(_command(name))
+    for name in _GROUPS:
+        if named in (None, name):
+            root.add_typer(_group(name, below), name=name)
+    return root
 
 
-_register_groups()
+def _command(name: str) -> Callable[..., Any]:
+    # Each module imports only typer at module level; its commands import the rest.
+    if name == "doctor":
+        from osmosis.cli import doctor
+
+        return doctor.doctor
+    from osmosis.cli import init  # `init`, `rollout init`, `template`: issue 17
+
+    return init.init_command
+
+
+def _group(name: str, command: str | None) -> typer.Typer:
+    """Group `name`'s typer, its module imported now; `eval` holds only `command` when it has
+    one so named (its commands are modules of their own)."""
+    match name:
+        case "eval":
+            from osmosis.cli import eval
+
+            return eval.group(command)
+        case "dataset":
+            from osmosis.cli import dataset
+
+            return dataset.app
+        case "dev":
+            from osmosis.cli import dev
+
+            return dev.app
+        case "server":
+            from osmosis.cli import server
+
+            return server.app
+        case "auth":
+            from osmosis.cli import auth
+
+            return auth.app
+        case "admin":
+            from osmosis.cli import admin
+
+            return admin.app
+        case "secret":
+            from osmosis.cli import secret
+
+            return secret.app
+        case "workspace":
+            from osmosis.cli import workspace
+
+            return workspace.app
+        case "rollout":
+            from osmosis.cli import rollout
+
+            return rollout.app
+    from osmosis.cli import template
+
+    return template.app
+
+
+@cache
+def _whole_app() -> typer.Typer:
+    return build_app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # `app`: the whole command tree, built once when asked for (tools that read every command);
+    # `main` builds the branch its line names.
+    if name == "app":
+        return _whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 install_help_rendering()
 
 _GLOBAL_FLAGS = {"--json": Mode.JSON, "--plain": Mode.PLAIN}
@@ -161,8 +233,10 @@ def _split_global_flags(argv: Sequence[str]) -> GlobalOptions:
 def _command_path(args: Sequence[str]) -> str:
     """The command named on the line ("dataset upload", "admin user create"), without the
     arguments and option values that follow it: the `command` of a JSON error envelope."""
+    if not args or args[0] not in (*_COMMANDS, *_GROUPS):
+        return ""  # names nothing: no need to import every group to say so
     path: list[str] = []
-    node = app
+    node = build_app(args)
     for arg in args:
         groups = {
             group.name: group.typer_instance
@@ -217,6 +291,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
                 load_env_file(env_file, os.environ)
             use_platform(options.platform)
             use_workspace(options.workspace)
+            app = build_app(options.args)
             result = app(args=options.args, prog_name="osmosis", standalone_mode=False)
             return result if isinstance(result, int) else 0
         except CLIError as error:

@@ -18,42 +18,102 @@ Map (one module per command, plus what several of them share):
 | `context.py`, `options.py` | where runs live, a run's URL and times; options spelled alike |
 
 Each command module imports only typer at module level, so `osmosis --help` stays fast; the
-engine, the client and the platform load inside the command that uses them. Arrows point
+engine, the client and the platform load inside the command that uses them, and `group(name)`
+imports only the module of the command named on the line. Arrows point
 down this table's dependencies only: no command module imports this package or `cli.main`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
 import typer
 
-from osmosis.cli.eval import (
-    compare,
-    download,
-    info,
-    rubric,
-    run,
-    runs,
-    submit,
-    upload,
-    view,
-)
+# The group's commands in the order help lists them: name -> the module that holds it.
+_COMMANDS = {
+    "run": "run",
+    "rubric": "rubric",
+    # submit/list/info/logs/stop/retry/download: evaluation runs on the platform.
+    "submit": "submit",
+    "list": "runs",
+    "info": "info",
+    "logs": "runs",
+    "stop": "runs",
+    "retry": "runs",
+    "download": "download",
+    # compare and upload: reading runs (local, platform or both) rather than running them.
+    "compare": "compare",
+    "upload": "upload",
+    # view: the dashboard's run pages over local run directories.
+    "view": "view",
+}
 
-app = typer.Typer(help="Evaluate rollouts.", no_args_is_help=True)
 
-app.command("run")(run.run_command)
-app.command("rubric")(rubric.rubric_command)
-# submit/list/info/logs/stop/retry/download: evaluation runs on the platform.
-app.command("submit")(submit.submit_command)
-app.command("list")(runs.list_command)
-app.command("info")(info.info_command)
-app.command("logs")(runs.logs_command)
-app.command("stop")(runs.stop_command)
-app.command("retry")(runs.retry_command)
-app.command("download")(download.download_command)
-# compare and upload: reading runs (local, platform or both) rather than running them.
-app.command("compare")(compare.compare_command)
-app.command("upload")(upload.upload_command)
-# view: the dashboard's run pages over local run directories.
-app.command("view")(view.view_command)
+@cache
+def group(command: str | None = None) -> typer.Typer:
+    """The `eval` group; with `command` one of its names, that command alone, and only its
+    module imported (`osmosis eval run` loads neither `submit` nor `view`).
 
-__all__ = ["app"]
+        group("run").registered_commands[0].name  # 'run'
+    """
+    app = typer.Typer(help="Evaluate rollouts.", no_args_is_help=True)
+    for name in [command] if command in _COMMANDS else list(_COMMANDS):
+        app.command(name)(_callback(name))
+    return app
+
+
+def _callback(name: str) -> Callable[..., Any]:
+    match _COMMANDS[name]:
+        case "run":
+            from osmosis.cli.eval import run
+
+            return run.run_command
+        case "rubric":
+            from osmosis.cli.eval import rubric
+
+            return rubric.rubric_command
+        case "submit":
+            from osmosis.cli.eval import submit
+
+            return submit.submit_command
+        case "runs":
+            from osmosis.cli.eval import runs
+
+            commands: dict[str, Callable[..., Any]] = {
+                "list": runs.list_command,
+                "logs": runs.logs_command,
+                "stop": runs.stop_command,
+                "retry": runs.retry_command,
+            }
+            return commands[name]
+        case "info":
+            from osmosis.cli.eval import info
+
+            return info.info_command
+        case "download":
+            from osmosis.cli.eval import download
+
+            return download.download_command
+        case "compare":
+            from osmosis.cli.eval import compare
+
+            return compare.compare_command
+        case "upload":
+            from osmosis.cli.eval import upload
+
+            return upload.upload_command
+    from osmosis.cli.eval import view
+
+    return view.view_command
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # `app`: the whole group, built when first asked for.
+    if name == "app":
+        return group()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["app", "group"]

@@ -22,10 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
-from xml.etree import ElementTree
+from typing import TYPE_CHECKING, Any, Final
 
-from osmosis.eval.results.records import AttemptRecord
 from osmosis.vocabulary import (
     DEFAULT_PASS_THRESHOLD,
     OUTCOMES,
@@ -35,6 +33,9 @@ from osmosis.vocabulary import (
     outcome,
     passes,
 )
+
+if TYPE_CHECKING:
+    from osmosis.eval.results.records import AttemptRecord
 
 GATE_EXIT_CODE: Final = 3
 """A finished run below `--min-pass-rate` or `--min-mean-reward` (1 stays "error/partial")."""
@@ -336,6 +337,8 @@ def _case_name(row_index: int, text: RowText | None) -> str:
 
 def junit_xml(facts: RunFacts) -> str:
     """The run as JUnit XML: one `<testsuite>` for the run, one `<testcase>` per row."""
+    from xml.etree import ElementTree  # only for --junit: every `eval run` imports this module
+
     threshold = float(facts.summary.get("pass_threshold", DEFAULT_PASS_THRESHOLD))
     rows = _by_row(facts.records)
     counts = {"failures": 0, "errors": 0, "skipped": 0}
@@ -500,7 +503,6 @@ def conclude(
     upload: bool,
 ) -> Outcome:
     """Gates, --report/--junit files and --upload for a `RunReport`."""
-    from osmosis.cli.eval.local_runs import read_local_run
     from osmosis.cli.output import CLIError
 
     gates = check_gates(
@@ -516,6 +518,8 @@ def conclude(
         resource["gates"] = [gate.as_dict() for gate in gates]
         resource["gates_passed"] = all(gate.passed for gate in gates)
     if report_file is not None or junit_file is not None:
+        from osmosis.cli.eval.local_runs import read_local_run
+
         facts = RunFacts(
             name=report.run_name,
             status=report.status,

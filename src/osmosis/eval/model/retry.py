@@ -19,11 +19,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+from typing import TYPE_CHECKING, TypeVar
 
 from osmosis.eval.model.providers import ProviderError
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = ["RetriesExhausted", "RetryPolicy", "call_with_retries"]
 
@@ -119,6 +120,8 @@ async def call_with_retries(
         if not error.retryable:
             raise
         first: ProviderError | None = error
+    # Imported on the first retryable fault: most runs never see one.
+    from tenacity import AsyncRetrying, retry_if_exception
 
     async def attempt() -> _T:
         nonlocal first

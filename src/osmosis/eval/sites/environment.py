@@ -51,16 +51,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
-
 from osmosis._version import DISTRIBUTION, __version__
 from osmosis.eval.errors import HostError
 from osmosis.eval.inputs.sources import copy_ignore, source_bytes, source_digest, source_files
 
 if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
     from osmosis.eval.sites.sandbox.build import BuildJail, BuildSandbox
 
 EnvironmentKind = Literal["current", "uv"]
@@ -294,6 +292,8 @@ def find_interpreters() -> list[Interpreter]:
 
     [str(i.version) for i in find_interpreters()]  # ['3.11.7', '3.12.1', '3.13.0']
     """
+    from packaging.version import Version
+
     found: dict[Path, Interpreter] = {}
 
     def add(path: Path, version: Version | None) -> None:
@@ -330,6 +330,8 @@ def choose_interpreter(spec: SpecifierSet, *, rollout: str = "rollout") -> Inter
 
     choose_interpreter(SpecifierSet(">=3.12"))  # Interpreter(path=…/3.12.1/bin/python, …)
     """
+    from packaging.version import Version
+
     current = Version(".".join(str(part) for part in sys.version_info[:3]))
     if current in spec and platform.python_implementation() == "CPython":
         return Interpreter(path=Path(sys.executable), version=current)
@@ -384,6 +386,10 @@ class _Declaration:
 
 
 def _read_declaration(rollout: str, path: Path) -> _Declaration:
+    # packaging is imported here: a rollout without a pyproject.toml never needs it.
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     raw = path.read_bytes()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -421,6 +427,8 @@ def _read_declaration(rollout: str, path: Path) -> _Declaration:
 
 
 def _python_spec(rollout: str, requires_python: str | None, sdk: SdkName) -> SpecifierSet:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     floor = _OSMOSIS_AI_REQUIRES_PYTHON if sdk == "osmosis-ai" else _our_requires_python()
     try:
         return SpecifierSet(requires_python or "") & SpecifierSet(floor)
@@ -777,6 +785,9 @@ def _remove_tree(root: Path) -> None:
 
 
 def _requirement_name(line: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     try:
         return canonicalize_name(Requirement(line).name)
     except InvalidRequirement:
@@ -903,6 +914,8 @@ def _pyenv_root() -> Path:
 
 
 def _probe_version(path: Path) -> Version | None:
+    from packaging.version import InvalidVersion, Version
+
     # %-formatting: an old Python 2 found on PATH must answer too, not crash on an f-string.
     code = (
         "import platform, sys; "
