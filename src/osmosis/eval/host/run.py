@@ -227,7 +227,6 @@ async def _dispatch(
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
     from osmosis.eval.sites.environment import prepare_environment_async
-    from osmosis.eval.sites.sandbox.build import BuildSandbox
 
     evaluation = plan.config.evaluation
     log = _tee(run, reporter)
@@ -240,11 +239,11 @@ async def _dispatch(
         )
     # A sandboxed run builds its environment in the sandbox too: the build runs the rollout's
     # own code (its build backend). On Ray each node prepares the environment itself.
-    build_sandbox = (
-        await asyncio.to_thread(BuildSandbox.for_policy, spec.policy)
-        if isinstance(spec, SandboxSiteSpec)
-        else None
-    )
+    build_sandbox = None
+    if isinstance(spec, SandboxSiteSpec):
+        from osmosis.eval.sites.sandbox.build import BuildSandbox  # socketserver, its proxy
+
+        build_sandbox = await asyncio.to_thread(BuildSandbox.for_policy, spec.policy)
     replicas = plan.options.replicas
     servers = (
         "one rollout server per Ray node"
@@ -296,7 +295,7 @@ async def _dispatch(
                 redactor,
                 log,
                 bridge_token,
-                _earlier_spend(report.bridge),
+                report.bridge,
                 address,
                 observer,
             )
@@ -419,19 +418,31 @@ async def _halt_on_budget(bridge: ModelBridge, engine: Engine) -> None:
     engine.halt(bridge.budget_reason or "budget: spent")
 
 
+def _import_policy_modules() -> None:
+    import osmosis.eval.model.bridge
+    import osmosis.eval.model.local_model
+    import osmosis.eval.model.preflight
+    import osmosis.eval.model.pricing
+    import osmosis.eval.model.providers  # noqa: F401
+
+
 @contextlib.asynccontextmanager
 async def _policy(
     plan: RunPlan,
     redactor: Redactor,
     log: Callable[[str], None],
     token: str,
-    spent: Spend,
+    earlier: dict[str, Any],
     address: BridgeAddress,
     observer: RunObserver | None = None,
 ) -> AsyncIterator[tuple[ModelBridge, Callable[[], Coroutine[Any, Any, None]]]]:
     """The bridge to the run's model (starting the local model first when asked), started,
     and the model's pre-flight probe, which must pass before anything is dispatched (a
-    `RunFailed` when it does not; the caller runs it alongside the rollout servers' start)."""
+    `RunFailed` when it does not; the caller runs it alongside the rollout servers' start).
+    `earlier`: the bridge's figures from the run's earlier invocations (what they spent)."""
+    # Its modules (~0.1 s) are imported off the event loop: the rollout servers' start, a
+    # task that needs the loop to spawn them, goes on meanwhile instead of after.
+    await asyncio.to_thread(_import_policy_modules)
     from osmosis.eval.model.bridge import (
         DEFAULT_MAX_REQUEST_BYTES,
         DEFAULT_MAX_TOKENS,
@@ -443,6 +454,7 @@ async def _policy(
     from osmosis.eval.model.pricing import Price
     from osmosis.eval.model.providers import ModelResolutionError, ModelTarget, resolve_model
 
+    spent = _earlier_spend(earlier)
     model_path = plan.config.experiment.model_path
     environ = {**plan.options.environ, **plan.config.env, **plan.secrets.values}
     async with contextlib.AsyncExitStack() as stack:

@@ -175,6 +175,10 @@ async def prepare_environment_async(
 
     env = await prepare_environment_async(rollout_dir, cache_root=cache, log=run.log)
     """
+    if not (rollout_dir / "pyproject.toml").is_file():
+        # Nothing to build or check: answered at once, not from a thread, so a run spawns its
+        # rollout servers before the bridge's setup takes the event loop.
+        return prepare_environment(rollout_dir, cache_root=cache_root, log=log)
     loop = asyncio.get_running_loop()
     cancel = threading.Event()
 
