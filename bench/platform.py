@@ -111,7 +111,9 @@ def platform_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
         while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_RUN_STATUSES:
             time.sleep(1.0)
     if detail.eval_run.status != "finished":
-        raise SystemExit(f"platform run {name} ended {detail.eval_run.status}")
+        raise SystemExit(
+            f"platform run {name} ended {detail.eval_run.status}: {detail.eval_run.error}"
+        )
     assert detail.metrics is not None
     journal = Path(env["OSMOSIS_HOME"]) / "runs" / detail.eval_run.id / "events.jsonl"
     attempts, rate = throughput(journal)

@@ -5,6 +5,7 @@
     use.attempts["r1"]              # Tree(bytes=..., entries=...)
     retire(outbox / "r1", ended / "r1")      # out of the sandbox's reach, held files still counted
     held(ended / "r1", pids)        # does a process of the sandbox still hold any of it?
+    held_among([ended / "r1", ended / "r2"], pids)  # the same for several, in one pass
 
 Design note (issue 25.4)
 ------------------------
@@ -13,7 +14,8 @@ A rollout server writes in three places: the site's outbox (`<trials_root>.sandb
 read-write; each attempt writes `<rollout_id>/` there, but any process may write anywhere in
 it), and its own tmpfs `/tmp` and `HOME`. All three count against one quota per server
 (`SandboxLimits.disk_bytes`), measured every second by the endpoint's watcher and once more
-when an attempt ends, before it is recorded:
+when an attempt ends, before it is recorded (attempts that end together share that measure,
+taken after all of them left the outbox):
 
 - **What counts.** Allocated bytes (`st_blocks`, so a sparse file counts what it holds) of the
   outbox entries of the server's attempts in flight, of entries no attempt of the site claims
@@ -233,17 +235,32 @@ def retire(source: Path, dest: Path) -> bool:
 def held(path: Path, pids: Iterable[int]) -> bool:
     """Whether a process of `pids` holds a file or directory at or below `path` open, or
     works in one. True when that cannot be read (the safe answer: keep counting it)."""
-    inodes = _inodes(path)
-    if not inodes:
-        return False
-    device = next(iter(inodes))[0]
+    return bool(held_among([path], pids))
+
+
+def held_among(paths: Iterable[Path], pids: Iterable[int]) -> set[Path]:
+    """The paths of `paths` that a process of `pids` holds (as `held` says of each), with one
+    pass over the processes' descriptors for all of them."""
+    trees = {path: found for path in paths if (found := _inodes(path))}
+    if not trees:
+        return set()
+    opened = _opened(pids, devices={inode[0] for found in trees.values() for inode in found})
+    if opened is None:
+        return set(trees)
+    return {path for path, found in trees.items() if not found.isdisjoint(opened)}
+
+
+def _opened(pids: Iterable[int], *, devices: set[int]) -> set[tuple[int, int]] | None:
+    """(device, inode) of what `pids` hold open or work in, on `devices`; None when a
+    process's descriptors cannot be read."""
+    opened: set[tuple[int, int]] = set()
     for pid in pids:
         try:
             names = os.listdir(f"/proc/{pid}/fd")
         except FileNotFoundError:
             continue  # gone meanwhile
         except OSError:
-            return True
+            return None
         links = [f"/proc/{pid}/cwd", *(f"/proc/{pid}/fd/{name}" for name in names)]
         for link in links:
             try:
@@ -252,9 +269,9 @@ def held(path: Path, pids: Iterable[int]) -> bool:
                 info = os.stat(link)
             except OSError:
                 continue
-            if info.st_dev == device and (info.st_dev, info.st_ino) in inodes:
-                return True
-    return False
+            if info.st_dev in devices:
+                opened.add((info.st_dev, info.st_ino))
+    return opened
 
 
 def empty(path: Path) -> None:
@@ -347,6 +364,7 @@ __all__ = [
     "attempt_usage",
     "empty",
     "held",
+    "held_among",
     "measure",
     "mount_pid",
     "remove",

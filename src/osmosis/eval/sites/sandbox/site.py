@@ -51,6 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -153,6 +154,11 @@ class SandboxEndpoint(LocalEndpoint):
         self._claimed = claimed  # every endpoint's `running`, the site's: the rest is stray
         self._awaiting: set[str] = set()  # ended, not yet taken by `trial()`
         self._dropped: set[str] = set()  # ended over a limit: nothing of them is kept
+        self._retired: set[str] = set()  # ended, its directory moved to `ended`
+        self._unheld: set[str] = set()  # retired, and no process held any of it then
+        self._unsettled: list[_Ended] = []  # ended, waiting for the next settling round
+        self._settler: asyncio.Task[None] | None = None
+        self._lingering: set[asyncio.Task[None]] = set()  # ended, still held: settled alone
         self._last = disk.DiskUse()
         self._mount_pid: int | None = None
         self._log = log
@@ -193,8 +199,12 @@ class SandboxEndpoint(LocalEndpoint):
         server past its disk quota: it is ended as the watcher would (`RolloutServerUnavailable`
         here; the engine charges the attempt alone on it)."""
         self._awaiting.add(rollout_id)  # before the rename: the watcher must not let it go
+        ended = _Ended(rollout_id, result, asyncio.get_running_loop().create_future())
+        self._unsettled.append(ended)
+        if self._settler is None:
+            self._settler = asyncio.create_task(self._settle_ended(), name=f"settle-{self.name}")
         try:
-            verdict, over = await asyncio.to_thread(self._settle, rollout_id, result)
+            verdict, over = await ended.verdicts
         finally:
             self.running.discard(rollout_id)
             self._claimed.discard(rollout_id)
@@ -237,7 +247,95 @@ class SandboxEndpoint(LocalEndpoint):
             if disk.retire(self.outbox / rollout_id, self.ended / rollout_id):
                 self._let_go(self.ended / rollout_id)
 
-    def _settle(
+    async def _settle_ended(self) -> None:
+        """Settle the attempts that ended, in rounds: each round takes every attempt that
+        ended meanwhile, in one thread, with one read of the server's processes and one
+        measure of its disk for all of them (`_settle`). An attempt whose files a process still
+        holds is settled on its own (`_settle_held`), so its wait holds up no other."""
+        batch: list[_Ended] = []
+        try:
+            while self._unsettled:
+                batch, self._unsettled = self._unsettled, []
+                try:
+                    settled = await asyncio.to_thread(self._settle, batch)
+                except Exception as error:
+                    for ended in batch:
+                        if not ended.verdicts.done():
+                            ended.verdicts.set_exception(error)
+                    continue
+                for ended, verdicts in zip(batch, settled, strict=True):
+                    if verdicts is None:
+                        task = asyncio.create_task(self._settle_alone(ended))
+                        self._lingering.add(task)
+                        task.add_done_callback(self._lingering.discard)
+                    elif not ended.verdicts.done():
+                        ended.verdicts.set_result(verdicts)
+                batch = []
+        finally:
+            self._settler = None
+            for ended in (*batch, *self._unsettled):  # cancelled: no attempt waits forever
+                ended.verdicts.cancel()
+            self._unsettled.clear()
+
+    async def _settle_alone(self, ended: _Ended) -> None:
+        try:
+            verdicts = await asyncio.to_thread(self._settle_held, ended.rollout_id, ended.result)
+        except asyncio.CancelledError:
+            ended.verdicts.cancel()
+            raise
+        except Exception as error:
+            if not ended.verdicts.done():
+                ended.verdicts.set_exception(error)
+            return
+        if not ended.verdicts.done():
+            ended.verdicts.set_result(verdicts)
+
+    def _settle(self, batch: Sequence[_Ended]) -> list[tuple[str | None, str | None] | None]:
+        """Retire each attempt's directory and judge it and the server's disk after it, as
+        `_settle_held` does for one; None for an attempt a process of the sandbox still holds
+        some of (`_settle_held` takes it). One read of the processes and one measure of the
+        disk serve the whole batch: each attempt's verdict still comes from a measure taken
+        after its own directory was retired."""
+        limits = self.group.limits
+        usage: dict[str, str | None] = {}
+        fine: list[Path] = []  # retired within its limits: is a process still in it?
+        # One listing for the batch: most attempts leave no directory, and need no lstat.
+        try:
+            present: set[str] | None = set(_names(self.outbox, strict=True))
+        except OSError:
+            present = None  # unreadable: try each attempt's directory, as `retire` does
+        for ended in batch:
+            if present is not None and ended.rollout_id not in present:
+                continue
+            directory = self.ended / ended.rollout_id
+            if disk.retire(self.outbox / ended.rollout_id, directory):
+                self._retired.add(ended.rollout_id)
+                usage[ended.rollout_id] = found = disk.attempt_usage(directory, limits)
+                if found is None:
+                    fine.append(directory)
+        pids = self._pids()
+        held = {path.name for path in disk.held_among(fine, pids)}
+        # Out of the sandbox's reach once retired, a directory no process holds now is held
+        # by none later: `_let_go` need not look again.
+        self._unheld.update(path.name for path in fine if path.name not in held)
+        judged = {
+            ended.rollout_id: self._verdict(usage.get(ended.rollout_id), ended.result)
+            for ended in batch
+            if ended.rollout_id not in held
+        }
+        if not judged:
+            return [None] * len(batch)
+        use = self._measure(walk_running=False, pids=pids)
+        # The batch's attempts are in `ended` now, measured there: not in flight as well.
+        batch_ids = {ended.rollout_id for ended in batch}
+        others = sum(t.bytes for i, t in self._last.attempts.items() if i not in batch_ids)
+        over = self._over_quota(use.total + others)
+        return [
+            (judged[ended.rollout_id], over) if ended.rollout_id in judged else None
+            for ended in batch
+        ]
+
+    def _settle_held(
         self, rollout_id: str, result: RolloutResultResponse
     ) -> tuple[str | None, str | None]:
         """Retire the attempt's directory; wait up to `_SETTLE_SEC` while a process of the
@@ -245,6 +343,8 @@ class SandboxEndpoint(LocalEndpoint):
         Returns the attempt's verdict and the server's disk verdict."""
         directory = self.ended / rollout_id
         if disk.retire(self.outbox / rollout_id, directory):
+            self._retired.add(rollout_id)
+        if rollout_id in self._retired:
             give_up = time.monotonic() + _SETTLE_SEC
             while (
                 disk.attempt_usage(directory, self.group.limits) is None
@@ -259,10 +359,13 @@ class SandboxEndpoint(LocalEndpoint):
 
     def attempt_verdict(self, rollout_id: str, result: RolloutResultResponse) -> str | None:
         """The limit a finished attempt exceeded, in words; None when it stayed within."""
-        limits = self.group.limits
-        usage = disk.attempt_usage(self.ended / rollout_id, limits)
+        return self._verdict(disk.attempt_usage(self.ended / rollout_id, self.group.limits), result)
+
+    def _verdict(self, usage: str | None, result: RolloutResultResponse) -> str | None:
+        """`attempt_verdict`, given what `disk.attempt_usage` said of the attempt's files."""
         if usage is not None:
             return usage
+        limits = self.group.limits
         message = result.err_message or ""
         if (
             not self.group.is_cgroup
@@ -274,17 +377,24 @@ class SandboxEndpoint(LocalEndpoint):
 
     async def trial(self, rollout_id: str) -> Path | None:
         try:
+            # Most attempts leave no directory (no artifacts, the trajectory sent with the
+            # result): then there is nothing to copy or let go, and no thread to wait for.
+            if rollout_id not in self._retired:
+                return None
             return await asyncio.to_thread(self._take_trial, rollout_id)
         finally:
             self._awaiting.discard(rollout_id)
             self._dropped.discard(rollout_id)
+            self._retired.discard(rollout_id)
+            self._unheld.discard(rollout_id)
 
     def _take_trial(self, rollout_id: str) -> Path | None:
         """Copy what the engine reads out of the ended attempt (see the module docstring);
         an attempt over a limit, or on a server a limit ended, keeps nothing."""
         source = self.ended / rollout_id
+        unheld = rollout_id in self._unheld
         if rollout_id in self._dropped or self.limit_hit is not None:
-            self._let_go(source)
+            self._let_go(source, unheld=unheld)
             return None
         try:
             if not stat.S_ISDIR(os.lstat(source).st_mode):
@@ -310,14 +420,15 @@ class SandboxEndpoint(LocalEndpoint):
             write_trial_json(dest, SKIPPED_NOTES, skipped)
         if (note := copied.summary()) is not None and len(skipped) < len(copied.skipped):
             self._log(f"trial {rollout_id}: {note}")
-        self._let_go(source)
+        self._let_go(source, unheld=unheld)
         return dest
 
-    def _let_go(self, directory: Path) -> None:
+    def _let_go(self, directory: Path, *, unheld: bool = False) -> None:
         """Empty an ended attempt's directory, and remove it unless a process holds it (the
-        watcher removes it once none does; stopping the server at the latest)."""
+        watcher removes it once none does; stopping the server at the latest). `unheld`: no
+        process held it once it was retired, so none can now."""
         disk.empty(directory)
-        if not disk.held(directory, self._pids()):
+        if unheld or not disk.held(directory, self._pids()):
             disk.remove(directory)
 
     # -- the watcher -------------------------------------------------------------------------
@@ -371,9 +482,8 @@ class SandboxEndpoint(LocalEndpoint):
                     disk.remove(self.ended / name)
         return self._over_quota(use.total)
 
-    def _measure(self, *, walk_running: bool) -> disk.DiskUse:
-        pids = self._pids()
-        self._mount_pid = disk.mount_pid(pids, self._mount_pid)
+    def _measure(self, *, walk_running: bool, pids: list[int] | None = None) -> disk.DiskUse:
+        self._mount_pid = disk.mount_pid(self._pids() if pids is None else pids, self._mount_pid)
         return disk.measure(
             self.outbox,
             self.ended,
@@ -399,6 +509,11 @@ class SandboxEndpoint(LocalEndpoint):
         self._watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._watcher
+        for task in (self._settler, *self._lingering):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         try:
             await super().stop()
         finally:
@@ -422,6 +537,16 @@ class SandboxEndpoint(LocalEndpoint):
             if name not in self._claimed:
                 disk.remove(self.outbox / name)
         disk.remove(self.ended)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """An attempt that ended, waiting to be settled (`SandboxEndpoint._settle_ended`)."""
+
+    rollout_id: str
+    result: RolloutResultResponse
+    verdicts: asyncio.Future[tuple[str | None, str | None]]
+    """The attempt's verdict and the server's disk verdict, once settled."""
 
 
 class _LimitedAPI:
@@ -770,11 +895,14 @@ def _read_child_pid(fd: int) -> int:
             return int(json.loads(data)["child-pid"])
 
 
-def _names(directory: Path) -> list[str]:
+def _names(directory: Path, *, strict: bool = False) -> list[str]:
+    """The names in `directory`; none when it cannot be read (`strict`: the `OSError`)."""
     try:
         with os.scandir(directory) as entries:
             return [entry.name for entry in entries]
     except OSError:
+        if strict:
+            raise
         return []
 
 
