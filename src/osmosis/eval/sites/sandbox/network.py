@@ -25,10 +25,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
 
-_CHUNK = 256 * 1024
 _SLIRP_READY_SEC = 10.0
 _LOOPBACK_WAIT_SEC = 5.0
 
@@ -36,73 +36,143 @@ _LOOPBACK_WAIT_SEC = 5.0
 class BridgeForwarder:
     """A Unix-socket listener that forwards to the bridge's `host:port`."""
 
-    def __init__(self, server: asyncio.AbstractServer, path: Path) -> None:
-        self._server = server
+    def __init__(self, host: str, port: int, path: Path) -> None:
+        self.host = host
+        self.port = port
         self.path = path
-        self._connections: set[asyncio.Task[None]] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[_Side] = set()  # the sandbox's side of each
 
     @classmethod
     async def start(cls, path: Path, host: str, port: int) -> BridgeForwarder:
-        holder: list[BridgeForwarder] = []
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            if task is not None and holder:
-                holder[0]._connections.add(task)
-            try:
-                await _forward_to(reader, writer, host, port)
-            finally:
-                if task is not None and holder:
-                    holder[0]._connections.discard(task)
-
+        forwarder = cls(host, port, path)
         # Every rollout of every sandbox connects here; asyncio's default backlog (100)
         # refuses a Unix connection past it, where TCP would queue it.
-        server = await asyncio.start_unix_server(
-            handle, path=str(path), limit=_CHUNK, backlog=LISTEN_BACKLOG
+        forwarder._server = await asyncio.get_running_loop().create_unix_server(
+            forwarder._accepted, path=str(path), backlog=LISTEN_BACKLOG
         )
         os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
-        forwarder = cls(server, path)
-        holder.append(forwarder)
         return forwarder
 
+    def _accepted(self) -> _Side:
+        side = _Side(self._connections)
+        side.task = asyncio.ensure_future(self._connect(side))
+        return side
+
+    async def _connect(self, side: _Side) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, upstream = await loop.create_connection(
+                lambda: _Side(self._connections), self.host, self.port
+            )
+        except OSError:
+            side.close()
+            return
+        side.join(upstream)
+
     async def stop(self) -> None:
-        self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for side in list(self._connections):
+            side.close(abort=True)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
 
-async def _forward_to(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int
-) -> None:
-    try:
-        upstream_reader, upstream_writer = await asyncio.open_connection(host, port, limit=_CHUNK)
-    except OSError:
-        writer.close()
-        return
-    try:
-        await asyncio.gather(
-            pipe(reader, upstream_writer), pipe(upstream_reader, writer), return_exceptions=True
-        )
-    finally:
-        for side in (writer, upstream_writer):
-            side.close()
+class _Side(asyncio.Protocol):
+    """One end of a forwarded connection, joined to the other end's `_Side`: what arrives is
+    written there as it comes, with no stream and no task per direction (every model call of
+    every sandbox passes here, on the engine's event loop). Flow control runs both ways: a
+    side whose peer cannot take more stops reading. An end of file is passed on as a
+    half-close (the other direction may still answer); the pair closes once both have ended.
 
+    Each side holds what arrives before the pair is joined (reading is paused meanwhile,
+    where the event loop allows it before its first read)."""
 
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy until EOF, then half-close `writer` (the other direction may still answer)."""
-    try:
-        while data := await reader.read(_CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
+    def __init__(self, connections: set[_Side]) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.task: asyncio.Future[None] | None = None  # the sandbox's side: its connect
+        self._connections = connections
+        self._got_eof = False
+        self._sent_eof = False
+        self._early: list[bytes] = []  # what came before the peer was joined
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream socket's transport (uvloop's are no subclass of asyncio's: no isinstance).
+        self.transport = cast(asyncio.Transport, transport)
+        self._connections.add(self)
+        if self.peer is None:
+            self.transport.pause_reading()  # until `join`; the bridge's side is joined at once
+
+    def join(self, peer: _Side) -> None:
+        self.peer, peer.peer = peer, self
+        for side in (self, peer):
+            transport = side.transport
+            if transport is None or transport.is_closing():
+                self.close()
+                return
+        for side in (self, peer):
+            early, side._early = side._early, []
+            for data in early:
+                side.data_received(data)
+            if side._got_eof and not side.eof_received():
+                return
+        for side in (self, peer):
+            if side.transport is not None and not side.transport.is_closing():
+                side.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is None:
+            self._early.append(data)
+        elif peer.transport is not None:
+            peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self._got_eof = True
+        peer = self.peer
+        if peer is None:
+            return True  # passed on by `join`
+        if peer.transport is None or not peer.transport.can_write_eof():
+            self.close()
+            return False
+        peer.transport.write_eof()
+        peer._sent_eof = True
+        if peer._got_eof:  # both directions are done
+            self.close()
+            return False
+        return True  # half-closed: the answer may still come back through us
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()  # what it still has to send goes out first
+        elif self.task is not None:
+            self.task.cancel()  # the sandbox hung up before the bridge answered the connect
+
+    def close(self, *, abort: bool = False) -> None:
+        for side in (self, self.peer):
+            if side is None or side.transport is None:
+                continue
+            if abort:
+                side.transport.abort()
+            else:
+                side.transport.close()
+        if abort and self.task is not None:
+            self.task.cancel()
 
 
 _NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: the user namespace that owns it
@@ -219,4 +289,4 @@ class Slirp:
             self._process.wait()
 
 
-__all__ = ["BridgeForwarder", "Slirp", "SlirpUnavailable", "pipe"]
+__all__ = ["BridgeForwarder", "Slirp", "SlirpUnavailable"]
