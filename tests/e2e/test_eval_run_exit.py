@@ -81,3 +81,40 @@ def test_the_command_waits_for_each_rollouts_lifespan_shutdown_and_leaves_none_b
     # What the shutdown printed is in the run's log: the log stays open until the servers end.
     logs = (tmp_path / ".osmosis" / "evals" / "ends" / "logs.txt").read_text()
     assert logs.count("[rollout] lifespan: closed") == replicas
+
+
+# Inside the sandbox the lifespan cannot write to the test's directory: it says it closed.
+SANDBOXED_LIFESPAN_MAIN = SCRIPTED_MAIN.replace(
+    "app = create_rollout_server(backend=LocalBackend(",
+    """import contextlib
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    yield
+    await asyncio.sleep(0.5)
+    print("lifespan: closed", flush=True)
+
+
+app = create_rollout_server(lifespan=lifespan, backend=LocalBackend(""",
+)
+
+
+def test_a_sandboxed_rollouts_lifespan_shutdown_runs_to_its_end(tmp_path, fake_model):
+    # SIGTERM to bwrap's process group ended the outer bwrap alone, and --die-with-parent
+    # killed the server before its lifespan's shutdown could run: the shim is asked instead.
+    config = make_workspace(
+        tmp_path, [row("pass", a, 7) for a in range(2, 6)], main=SANDBOXED_LIFESPAN_MAIN
+    )
+    done = subprocess.run(
+        [*CLI, "eval", "run", str(config), "--name", "boxed", "-y", "--json", "--sandbox"],
+        cwd=tmp_path,
+        env=model_env(fake_model),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resource"]["outcomes"]["passed"] == 4
+    logs = (tmp_path / ".osmosis" / "evals" / "boxed" / "logs.txt").read_text()
+    assert logs.count("[rollout] lifespan: closed") == 1

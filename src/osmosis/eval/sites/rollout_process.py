@@ -216,6 +216,9 @@ class Launch:
     """Where the server answers when not on `127.0.0.1:port`: a Unix socket."""
     started: Callable[[int], None] | None = None
     """Called in the parent with the child's pid right after the spawn."""
+    terminate: Callable[[int], None] | None = None
+    """How to ask the server to stop, given the child's pid (the sandbox: SIGTERM to its shim,
+    inside the namespace); None: SIGTERM to the child's process group."""
 
 
 class RolloutProcess:
@@ -241,9 +244,11 @@ class RolloutProcess:
         loop: asyncio.AbstractEventLoop,
         socket_path: Path | None = None,
         ready_fd: int | None = None,
+        terminate: Callable[[int], None] | None = None,
     ) -> None:
         self._popen = popen
         self._ready_fd = ready_fd
+        self._terminate = terminate
         self.name = name
         self.port = port
         self.pid = popen.pid
@@ -401,6 +406,7 @@ class RolloutProcess:
             loop=asyncio.get_running_loop(),
             socket_path=launch.socket_path,
             ready_fd=ready_read,
+            terminate=launch.terminate,
         )
 
     # --- state -------------------------------------------------------------------------------
@@ -482,7 +488,11 @@ class RolloutProcess:
         try:
             if not self._stop_requested:
                 self._stop_requested = True
-                if not self._nothing_to_shut_down:
+                if self._nothing_to_shut_down:
+                    pass
+                elif self._terminate is not None:
+                    self._terminate(self.pid)
+                else:
                     _signal_group(self.pid, signal.SIGTERM)
             if not self._nothing_to_shut_down:
                 with contextlib.suppress(TimeoutError):

@@ -45,6 +45,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import stat
 import tempfile
@@ -772,6 +773,44 @@ class SandboxSite(LocalProcessSite):
         )
 
 
+def _terminate_shim(pid: int) -> None:
+    """Ask the sandboxed server to stop: SIGTERM to the shim, which passes it on to the rollout
+    and exits with it, and bwrap (and its namespace) with them. SIGTERM to bwrap's process
+    group would end the outer bwrap alone, and its `--die-with-parent` would then kill the
+    rest before a lifespan's shutdown could run. No shim found (not started yet, or gone):
+    the group's SIGTERM."""
+    shim = _descendant_running(pid, SHIM_PATH)
+    try:
+        if shim is not None:
+            os.kill(shim, signal.SIGTERM)
+        else:
+            os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _descendant_running(pid: int, script: str) -> int | None:
+    """The first process below `pid` that runs `script`: its first argument that is not an
+    option (`python -I -S script …`; bwrap's own command line names it too, as a mount)."""
+    pending = [pid]
+    while pending:
+        parent = pending.pop(0)
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+            children = [int(c) for t in tasks for c in (t / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for child in children:
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if next((a for a in argv[1:] if not a.startswith(b"-")), None) == script.encode():
+                return child
+            pending.append(child)
+    return None
+
+
 class _Launcher:
     """Wraps one launch in bwrap + the shim; for `full` network, attaches slirp4netns while
     bwrap waits (`--info-fd` tells the sandbox's pid, `--block-fd` holds the command)."""
@@ -846,6 +885,7 @@ class _Launcher:
             preexec=self.group.prepare_join(),
             socket_path=self.socket_path,
             started=self.started,
+            terminate=_terminate_shim,
         )
 
     def started(self, pid: int) -> None:
