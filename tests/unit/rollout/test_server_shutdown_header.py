@@ -12,31 +12,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
+from osmosis import LocalBackend, create_rollout_server
 from osmosis.rollout.protocol import SHUTDOWN_HEADER
-
-
-class Answer(AgentWorkflow):
-    async def run(self, ctx):
-        return [*ctx.prompt, {"role": "assistant", "content": "4"}]
-
-
-class Exact(Grader):
-    async def grade(self, ctx):
-        ctx.set_reward(1.0)
+from tests.unit.rollout.test_server_routes import Answer, Exact, PassThrough
 
 
 class ClosingBackend(LocalBackend):
     async def shutdown(self) -> None:  # e.g. closes a pool of sandboxes
         return None
-
-
-class PassThrough:
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
 
 
 @contextlib.asynccontextmanager
