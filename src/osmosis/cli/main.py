@@ -323,8 +323,16 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
 
 
 def run() -> None:
-    """Console-script entry point."""
-    _exit_now(main())
+    """Console-script entry point. `eval run` may start its rollout server first, to overlap
+    that server's start with this command's own (`osmosis.cli.prestart`)."""
+    from osmosis.cli import prestart
+
+    prestart.begin(sys.argv[1:])
+    try:
+        code = main()
+    finally:
+        prestart.end()  # a server the run did not adopt (a plan error, Ctrl-C) goes now
+    _exit_now(code)
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -112,3 +112,35 @@ def test_a_mistyped_command_is_still_matched_against_every_command(
     done = osmosis(*args)
     assert done.returncode == 2
     assert suggestion in done.stderr
+
+
+# `eval run`'s early server start (`osmosis.cli.prestart`), in a fresh interpreter: what it
+# loaded by the time the server was spawned.
+EARLY_PROBE = """
+import json, sys
+from osmosis.cli import prestart
+from osmosis.eval.sites import prestart as held
+prestart.begin(sys.argv[1:])
+early = held.claim()
+loaded = sorted(sys.modules)
+if early is not None:
+    early.kill()
+print("EARLY " + json.dumps({"started": early is not None, "modules": loaded}))
+"""
+
+
+def test_the_early_server_start_loads_neither_typer_nor_pydantic(tmp_path: Path):
+    config = make_workspace(tmp_path, [row("pass", a) for a in range(2, 6)], limit=1)
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY_PROBE, "eval", "run", str(config), "-y"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("EARLY ")]
+    early = json.loads(line.removeprefix("EARLY "))
+    assert early["started"], done.stderr  # the check below is of a real start
+    heavy = {"typer", "click", "rich", "pydantic", "fastapi", "osmosis.eval.sites.api",
+             "osmosis.eval.host.plan", "osmosis.eval.inputs.config"}  # fmt: skip
+    assert sorted(heavy.intersection(early["modules"])) == []

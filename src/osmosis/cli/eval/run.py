@@ -143,6 +143,7 @@ def run_command(
 
     Exit codes: 0 finished (wrong answers included), 1 an error or an incomplete run, 3 below
     --min-pass-rate or --min-mean-reward, 5 every attempt errored, 130 interrupted."""
+    from osmosis.cli import prestart
     from osmosis.cli.eval.report import check_gate_options, conclude
     from osmosis.cli.output import CLIError, output
     from osmosis.eval.host.plan import (
@@ -173,7 +174,9 @@ def run_command(
     if gate_problems:
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     options = RunOptions(
-        name=name,
+        # Without --name: the one the rollout server started at the command's entry was
+        # made for (`osmosis.cli.prestart`), if it started one; else the plan names the run.
+        name=name if name is not None else prestart.run_name(),
         output=output_root,
         dataset_file=dataset_file,
         secrets_file=secrets_file,
@@ -283,11 +286,11 @@ def _run_models(
     """One evaluation per model over the same rows (`<name>-<model>` each), then one table.
     Every plan is made before anything runs, so a problem with any model stops them all."""
     from dataclasses import replace
-    from datetime import UTC, datetime
 
     from osmosis.cli.output import CLIError
+    from osmosis.eval.host.run_name import default_run_name
 
-    base = options.name or f"{config.stem}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    base = options.name or default_run_name(config)
     if len(set(models)) != len(models):
         raise CLIError("each --model once: the same model twice would share a run name")
     plans = [_plan(config, replace(options, model=m, name=f"{base}-{_slug(m)}")) for m in models]

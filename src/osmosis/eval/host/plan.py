@@ -13,11 +13,11 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from osmosis._version import __version__
+from osmosis.eval.host.run_name import default_run_name
 from osmosis.eval.inputs.config import (
     ConfigError,
     EvalConfig,
@@ -265,7 +265,7 @@ def plan_run(config_path: Path, options: RunOptions) -> RunPlan:
         raise PlanError(str(error), details={"dataset": str(dataset_path)}) from None
 
     output_root = options.output or workspace / ".osmosis" / "evals"
-    name = options.name or f"{config_path.stem}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    name = options.name or default_run_name(config_path)
     if not name or "/" in name or name.startswith("."):
         raise PlanError(f"invalid run name {name!r}: use letters, digits, '-', '_' and '.'")
     run_dir = output_root / name

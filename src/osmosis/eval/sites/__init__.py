@@ -54,18 +54,40 @@ One more site is one more spec in `spec` and one more module here, with no engin
         outcome = await Engine(site=site, bridge=bridge, sink=sink, settings=s).run(items)
 """
 
-from osmosis.eval.sites.api import (
-    PROTOCOL_ERROR,
-    AdmissionRejected,
-    AtCapacity,
-    Lease,
-    MalformedResponse,
-    ResultDeadlineExceeded,
-    RolloutAPI,
-    RolloutServerUnavailable,
-    parse_result,
-)
-from osmosis.eval.sites.seam import Endpoint, Site, SiteExhausted
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from osmosis.eval.sites.api import (
+        PROTOCOL_ERROR,
+        AdmissionRejected,
+        AtCapacity,
+        Lease,
+        MalformedResponse,
+        ResultDeadlineExceeded,
+        RolloutAPI,
+        RolloutServerUnavailable,
+        parse_result,
+    )
+    from osmosis.eval.sites.seam import Endpoint, Site, SiteExhausted
+
+# Loaded when first asked for: `api` pulls in pydantic and the protocol's models, and the
+# command line starts a run's rollout server from `sites.prestart` before it loads those.
+_LAZY = {
+    **dict.fromkeys(("Endpoint", "Site", "SiteExhausted"), "osmosis.eval.sites.seam"),
+    **dict.fromkeys(
+        ("PROTOCOL_ERROR", "AdmissionRejected", "AtCapacity", "Lease", "MalformedResponse",
+         "ResultDeadlineExceeded", "RolloutAPI", "RolloutServerUnavailable", "parse_result"),
+        "osmosis.eval.sites.api",
+    ),
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "PROTOCOL_ERROR",

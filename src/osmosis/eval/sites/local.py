@@ -14,6 +14,10 @@ a `RolloutClient`. They share one trials root: rollout ids are unique, so each a
 `Endpoint.trial` has nothing to fetch. A replica that dies or stops answering is stopped and
 started again under the same name, up to `max_restarts` times per replica within any
 `restart_window_sec` (ten minutes by default, `seam.RestartBudget`).
+
+A run of one replica first asks `prestart` for the server `osmosis eval run` started at its
+entry: adopted when its launch (command, directory, environment but for the port and the
+instance id) is the one this site would make now, killed and reaped otherwise.
 """
 
 from __future__ import annotations
@@ -22,16 +26,20 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites import prestart
 from osmosis.eval.sites.api import ResourceLimitBreach, RolloutAPI
 from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.eval.sites.prestart import Prestarted
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.eval.sites.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
 from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, start_all
+from osmosis.eval.sites.spawn import rollout_launch
 
 DEFAULT_MAX_RESTARTS = 2
 """How many times each replica is started again after it died, within the restart window."""
@@ -146,6 +154,8 @@ class LocalProcessSite:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         base = self.rollout_dir.name
         names = [base if replicas == 1 else f"{base}-{index}" for index in range(replicas)]
+        if replicas > 1:  # the command line starts one server early, never several
+            self._not_adopted(prestart.claim(), f"the run starts {replicas} rollout servers")
         try:
             await start_all([self._launch(name) for name in names], self._endpoints)
         except Exception:
@@ -192,7 +202,7 @@ class LocalProcessSite:
         return None
 
     async def _launch(self, name: str) -> LocalEndpoint:
-        process = await RolloutProcess.start(
+        process = await self._adopt(name) or await RolloutProcess.start(
             self.environment,
             self.rollout_dir,
             self.entrypoint,
@@ -213,6 +223,47 @@ class LocalProcessSite:
             await process.stop()
             raise
         return LocalEndpoint(name, process, client, capacity=capacity, trials_root=self.trials_root)
+
+    async def _adopt(self, name: str) -> RolloutProcess | None:
+        """The server the command line started at its entry (`prestart`), when its launch is
+        the one this site would make now; None (it is killed) otherwise, or when there is none."""
+        early = prestart.claim()
+        if early is None:
+            return None
+        expected = rollout_launch(
+            self.environment,
+            self.rollout_dir,
+            self.entrypoint,
+            env=self.env,
+            base_env=os.environ if self.base_env is None else self.base_env,
+            artifact_root=self.trials_root,
+            port=early.port,
+            instance_id=early.instance_id,
+        )
+        differs = early.difference(expected)
+        if differs is not None:
+            self._not_adopted(early, f"its {differs} differs from this run's")
+            return None
+        self.trials_root.resolve().mkdir(parents=True, exist_ok=True)
+        self.log(
+            f"rollout server {name}: started at the command's entry, "
+            f"{time.monotonic() - early.began:.2f} s ago (the same launch): adopted"
+        )
+        return await RolloutProcess.adopt(
+            early.popen,
+            name=name,
+            port=early.port,
+            instance_id=early.instance_id,
+            ready_fd=early.ready_fd,
+            log=self.log,
+            redactor=self.redactor,
+            startup_timeout=self.startup_timeout,
+        )
+
+    def _not_adopted(self, early: Prestarted | None, why: str) -> None:
+        if early is not None:
+            early.kill()
+            self.log(f"rollout server started at the command's entry stopped: {why}")
 
 
 def capacity_of(health: Mapping[str, object]) -> int | None:

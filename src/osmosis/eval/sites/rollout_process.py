@@ -33,27 +33,26 @@ the thread that started it dies (`PR_SET_PDEATHSIG`; start it from the event loo
 `stop()` sends SIGTERM then SIGKILL to the whole group, and an `atexit` hook does the same for
 any process still running when the interpreter exits. Grandchildren that leave the group are
 beyond reach.
+
+The spawn itself (the command, the environment, the leash) is `spawn`'s, standard library
+only, so the command line can start a run's server at its entry (`prestart`); `adopt` then
+watches that process as `start` watches its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -61,63 +60,24 @@ from typing import IO, Any
 from osmosis.eval.errors import HostError
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.environment import RolloutEnvironment
+from osmosis.eval.sites.spawn import (
+    OFFLINE_DEFAULTS,
+    PROVIDER_CREDENTIAL_VARIABLES,
+    READY_FD_ENV,
+    Launch,
+    _free_port,
+    _signal_group,
+    child_environment,
+    forget,
+    ready_pipe,
+    rollout_launch,
+    spawn,
+)
+from osmosis.eval.sites.spawn import (
+    _die_with_parent_hook as _die_with_parent_hook,  # the platform's scheduler imports it here
+)
 from osmosis.rollout.http1 import Http1Client, TransportFailed
 from osmosis.rollout.protocol import SHUTDOWN_HEADER
-
-PROVIDER_CREDENTIAL_VARIABLES = frozenset(
-    {
-        "AI21_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "ANYSCALE_API_KEY",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_BEARER_TOKEN_BEDROCK",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AZURE_AI_API_KEY",
-        "AZURE_API_KEY",
-        "AZURE_OPENAI_API_KEY",
-        "CEREBRAS_API_KEY",
-        "CO_API_KEY",
-        "COHERE_API_KEY",
-        "DASHSCOPE_API_KEY",
-        "DATABRICKS_TOKEN",
-        "DEEPINFRA_API_KEY",
-        "DEEPSEEK_API_KEY",
-        "FIREWORKS_AI_API_KEY",
-        "FIREWORKS_API_KEY",
-        "GEMINI_API_KEY",
-        "GOOGLE_API_KEY",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "GROQ_API_KEY",
-        "HUGGINGFACE_API_KEY",
-        "MISTRAL_API_KEY",
-        "MOONSHOT_API_KEY",
-        "NVIDIA_NIM_API_KEY",
-        "OPENAI_API_KEY",
-        "OPENROUTER_API_KEY",
-        "PERPLEXITYAI_API_KEY",
-        "PERPLEXITY_API_KEY",
-        "REPLICATE_API_KEY",
-        "REPLICATE_API_TOKEN",
-        "TOGETHERAI_API_KEY",
-        "TOGETHER_API_KEY",
-        "VOYAGE_API_KEY",
-        "WATSONX_APIKEY",
-        "XAI_API_KEY",
-    }
-)
-"""Model-provider credentials removed from the child's environment unless passed explicitly."""
-
-OFFLINE_DEFAULTS = {
-    # litellm fetches its price map from GitHub at import (seconds without a network).
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "LITELLM_OFFLINE_MODE": "true",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "DO_NOT_TRACK": "1",
-}
-"""Set in every rollout's environment unless inherited or given in `[env]`: a rollout makes
-no outbound lookup of its own at start. Downloads it asks for (a Hugging Face model) still
-work."""
 
 LOG_PREFIX = "[rollout] "
 DEFAULT_STARTUP_TIMEOUT_SEC = 60.0
@@ -128,17 +88,12 @@ _MAX_PENDING_LINES = 10_000  # lines waiting for a slow log; beyond that the old
 _READER_JOIN_SEC = 2.0
 _KILL_WAIT_SEC = 10.0
 _HEALTH_REQUEST_SEC = 2.0
-READY_FD_ENV = "_OSMOSIS_ROLLOUT_READY_FD"
-"""The descriptor a rollout server writes to once it is about to listen (`osmosis.rollout`)."""
 _POLL_FIRST_SEC = 0.02
 _POLL_MAX_SEC = 0.1
 _POLL_SIGNALLED_SEC = 0.003
-_PR_SET_PDEATHSIG = 1
-_OWN_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 # The last line of a Python traceback ("ValueError: boom"), or a line that says it is an error.
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
 _ERROR_LINE = re.compile(r"\b(error|fatal|critical|panic)\b", re.IGNORECASE)
-_FOREIGN_INTERPRETER_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 
 class RolloutStartError(HostError):
@@ -154,71 +109,6 @@ class RolloutStartError(HostError):
         if output:
             message += "; its last output:\n" + "\n".join(f"  | {line}" for line in output)
         super().__init__(message)
-
-
-def child_environment(
-    *,
-    base_env: Mapping[str, str],
-    env: Mapping[str, str],
-    environment: RolloutEnvironment,
-    port: int,
-    artifact_root: Path,
-    instance_id: str,
-) -> dict[str, str]:
-    """The environment a rollout server starts with (see the module docstring for the rules).
-
-    child_environment(base_env=os.environ, env={"MY_SECRET": "…"}, environment=env,
-                      port=8123, artifact_root=root, instance_id=uuid4().hex)
-    """
-    child = {
-        name: value
-        for name, value in base_env.items()
-        if not name.startswith(_OWN_PREFIXES) and name not in PROVIDER_CREDENTIAL_VARIABLES
-    }
-    for name, value in OFFLINE_DEFAULTS.items():
-        child.setdefault(name, value)
-    venv = environment.venv
-    if venv is not None:
-        # The engine's interpreter settings would leak its packages into the isolated venv;
-        # what activation would set makes `python`/`pip` inside the rollout mean the venv.
-        for name in _FOREIGN_INTERPRETER_VARIABLES:
-            child.pop(name, None)
-        child["VIRTUAL_ENV"] = str(venv)
-        child["PATH"] = os.pathsep.join([str(venv / "bin"), child.get("PATH", os.defpath)])
-    child.update(env)
-    child.update(
-        {
-            "_OSMOSIS_ROLLOUT_PORT": str(port),
-            "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(artifact_root),
-            "_OSMOSIS_ROLLOUT_INSTANCE_ID": instance_id,
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return child
-
-
-@dataclass
-class Launch:
-    """How a rollout server process is started. A site may rewrite it before the spawn (the
-    sandbox wraps `argv` in bwrap and serves the protocol on a Unix socket).
-
-    Launch(argv=[python, "main.py"], env=child_env, cwd=rollout_dir)
-    """
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    pass_fds: tuple[int, ...] = ()
-    """Descriptors the child keeps (the sandbox's listening socket)."""
-    preexec: Callable[[], None] | None = None
-    """Runs in the child before exec, after the parent-death hook (joining a cgroup)."""
-    socket_path: Path | None = None
-    """Where the server answers when not on `127.0.0.1:port`: a Unix socket."""
-    started: Callable[[int], None] | None = None
-    """Called in the parent with the child's pid right after the spawn."""
-    terminate: Callable[[int], None] | None = None
-    """How to ask the server to stop, given the child's pid (the sandbox: SIGTERM to its shim,
-    inside the namespace); None: SIGTERM to the child's process group."""
 
 
 class RolloutProcess:
@@ -315,14 +205,49 @@ class RolloutProcess:
             name=name,
             wrap=wrap,
         )
-        process._reader.start()
-        process._waiter.start()
-        try:
-            await process._wait_healthy(startup_timeout)
-        except BaseException:
-            await process.stop()
-            raise
+        await process._watch_until_healthy(startup_timeout)
         return process
+
+    @classmethod
+    async def adopt(
+        cls,
+        popen: subprocess.Popen[bytes],
+        *,
+        name: str,
+        port: int,
+        instance_id: str,
+        ready_fd: int,
+        log: Callable[[str], None],
+        redactor: Redactor,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
+    ) -> RolloutProcess:
+        """Watch a server spawned earlier (`prestart`) as if `start` had spawned it: its
+        output from now (what it printed so far included), its health, its death. Takes
+        `ready_fd`, the read end of its readiness pipe. Raises `RolloutStartError`.
+
+        process = await RolloutProcess.adopt(early.popen, name="x", port=early.port, ...)
+        """
+        process = cls(
+            popen,
+            name=name,
+            port=port,
+            instance_id=instance_id,
+            log=log,
+            redactor=redactor,
+            loop=asyncio.get_running_loop(),
+            ready_fd=ready_fd,
+        )
+        await process._watch_until_healthy(startup_timeout)
+        return process
+
+    async def _watch_until_healthy(self, startup_timeout: float) -> None:
+        self._reader.start()
+        self._waiter.start()
+        try:
+            await self._wait_healthy(startup_timeout)
+        except BaseException:
+            await self.stop()
+            raise
 
     @classmethod
     def _launch(
@@ -349,34 +274,22 @@ class RolloutProcess:
                 returncode=None,
                 output=[],
             )
-        artifact_root = artifact_root.resolve()
-        artifact_root.mkdir(parents=True, exist_ok=True)
-        child_env = child_environment(
-            base_env=base_env,
+        artifact_root.resolve().mkdir(parents=True, exist_ok=True)
+        launch = rollout_launch(
+            environment,
+            rollout_dir,
+            entrypoint,
             env=env,
-            environment=environment,
-            port=port,
+            base_env=base_env,
             artifact_root=artifact_root,
+            port=port,
             instance_id=instance_id,
         )
-        ready_read, ready_write = os.pipe()
-        child_env[READY_FD_ENV] = str(ready_write)
-        launch = Launch([str(environment.python), str(entrypoint_path)], child_env, rollout_dir)
+        ready_read, ready_write = ready_pipe(launch)
         if wrap is not None:
             launch = wrap(launch)
-        launch.pass_fds = (*launch.pass_fds, ready_write)
         try:
-            popen = subprocess.Popen(
-                launch.argv,
-                cwd=launch.cwd,
-                env=launch.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,  # one stream keeps tracebacks in order with the prints
-                start_new_session=True,
-                pass_fds=launch.pass_fds,
-                preexec_fn=_chain(_die_with_parent_hook(), launch.preexec),
-            )
+            popen = spawn(launch, ready_write)
         except (OSError, subprocess.SubprocessError) as exc:  # e.g. the interpreter was deleted
             os.close(ready_read)
             raise RolloutStartError(
@@ -384,18 +297,9 @@ class RolloutProcess:
                 returncode=None,
                 output=[],
             ) from exc
-        finally:
-            os.close(ready_write)  # the child's now: its end-of-file is the child's exit
-        _LIVE[popen.pid] = popen
-        if launch.started is not None:
-            try:
-                launch.started(popen.pid)
-            except BaseException:
-                _signal_group(popen.pid, signal.SIGKILL)
-                popen.wait()
-                _LIVE.pop(popen.pid, None)
-                os.close(ready_read)
-                raise
+        except BaseException:  # `launch.started` failed: the child is gone already
+            os.close(ready_read)
+            raise
         return cls(
             popen,
             name=name or rollout_dir.name,
@@ -507,7 +411,7 @@ class RolloutProcess:
             raise
         finally:
             if self._popen.returncode is not None:
-                _LIVE.pop(self.pid, None)
+                forget(self.pid)
         return self._popen.returncode
 
     async def __aenter__(self) -> RolloutProcess:
@@ -686,88 +590,13 @@ def last_error_line(lines: Iterable[str]) -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-# --- dying with the engine --------------------------------------------------------------------
-
-_prctl: Any = None
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A `preexec_fn` asking the kernel to SIGKILL the child when its parent dies (Linux).
-
-    libc is loaded here, in the parent: between fork and exec the child may only call what is
-    already resolved, or it could deadlock on a lock another thread held at fork time.
-    """
-    global _prctl
-    if not sys.platform.startswith("linux"):
-        return None
-    if _prctl is None:
-        try:
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            return None
-        _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong]
-        _prctl.restype = ctypes.c_int
-    prctl = _prctl
-    parent = os.getpid()
-    deathsig = int(signal.SIGKILL)
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, deathsig, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return hook
-
-
-def _chain(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
-    """One `preexec_fn` running each hook in order (None when there is none)."""
-    present = [hook for hook in hooks if hook is not None]
-    if not present:
-        return None
-
-    def run() -> None:
-        for hook in present:
-            hook()
-
-    return run
-
-
-_LIVE: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process not yet stopped
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    """Last resort at interpreter exit (including after Ctrl-C): TERM, a short grace, KILL."""
-    if not _LIVE:
-        return
-    for pid in _LIVE:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(p.poll() is None for p in _LIVE.values()):
-        time.sleep(0.05)
-    for pid in _LIVE:
-        _signal_group(pid, signal.SIGKILL)
-    _LIVE.clear()
-
-
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT_SEC",
     "DEFAULT_STOP_GRACE_SEC",
     "LOG_PREFIX",
     "OFFLINE_DEFAULTS",
     "PROVIDER_CREDENTIAL_VARIABLES",
+    "READY_FD_ENV",
     "Launch",
     "RolloutProcess",
     "RolloutStartError",

@@ -1,0 +1,157 @@
+"""`osmosis eval run`'s rollout server, started at the command's entry (issue 30).
+
+    begin(["eval", "run", "configs/eval/smoke.toml", "-y"])  # spawned, if the line allows
+    ...                                                      # typer, the plan, the run
+    end()                                                    # killed, if nobody adopted it
+
+A fresh interpreter importing FastAPI and uvicorn takes ~0.4 s, as long as this command's own
+start; started first, the two overlap. `begin` reads the line and the config with the
+standard library alone (no typer, no pydantic) and spawns only when the launch is known now,
+exactly as the local site would make it (`osmosis.eval.sites.prestart`, which the site asks
+before it spawns): one config under `<workspace>/configs/eval/`, `--yes` (no user code runs
+before the user said yes), options that leave the launch alone (`_FLAGS`, `_VALUED`), a
+rollout with no `pyproject.toml` (the engine's own interpreter), no `[secrets]` and no
+dotenv file. Anything else, or any doubt: nothing is started and the run starts its server
+as it always did. A run without `--name` gets the name computed here (`run_name`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# `eval run` options that change nothing of the rollout server's launch.
+_FLAGS = frozenset({"-y", "--yes", "--verbose", "--retry-failed", "--upload"})
+_VALUED = frozenset(
+    {"--name", "--dataset-file", "--rows", "--model", "-n", "--limit", "--max-in-flight",
+     "--replicas", "--executor", "--bridge-host", "--bridge-url", "--outage-wait",
+     "--stall-after", "--max-tokens-total", "--max-cost-usd", "--max-model-calls", "--cache",
+     "--min-pass-rate", "--min-mean-reward", "--report", "--junit"}
+)  # fmt: skip
+# Of those, the values that keep the one local server: anything else changes the site.
+_ONLY = {"--replicas": "1", "--executor": "local"}
+_MODES = frozenset({"--json", "--plain"})  # global flags that change only the output
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_BUILD_INPUTS = ("pyproject.toml", "uv.lock", "uv.toml", ".python-version", "setup.py", "setup.cfg")
+
+_run_name: str | None = None
+_started = False
+
+
+def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
+    """Start the rollout server `argv` (the command line, without the program) will ask
+    for, when everything it depends on is known now; otherwise do nothing. Never raises:
+    the run itself reports any problem."""
+    global _run_name, _started
+    try:
+        early = _early(argv, environ)
+        if early is None:
+            return
+        rollout_dir, entrypoint, env, name, run_dir = early
+        from osmosis.eval.sites import prestart
+
+        started = prestart.start_early(
+            rollout_dir, entrypoint, env=env, artifact_root=run_dir / "rollout_trials"
+        )
+    except Exception:  # an unreadable file, a link loop: the run starts its own, and says why
+        return
+    if started is not None:
+        _run_name, _started = name, True
+
+
+def run_name() -> str | None:
+    """The default run name `begin` started the server for (None: it started none, or the
+    line gave `--name`); the command names its run so, for the server to fit it."""
+    return _run_name
+
+
+def end() -> None:
+    """Kill and reap the early server if nobody adopted it. Idempotent."""
+    global _run_name, _started
+    if _started:
+        from osmosis.eval.sites import prestart
+
+        prestart.discard()
+    _run_name, _started = None, False
+
+
+def _early(
+    argv: Sequence[str], environ: Mapping[str, str]
+) -> tuple[Path, str, dict[str, str], str | None, Path] | None:
+    """(rollout dir, absolute entrypoint, [env], default name or None, run dir) of the one
+    local server the line will start, or None when that is not certain now."""
+    args = [arg for arg in argv if arg not in _MODES]
+    if args[:2] != ["eval", "run"] or environ.get("OSMOSIS_ENV_FILE"):
+        return None
+    positional: list[str] = []
+    values: dict[str, list[str]] = {}
+    yes = False
+    items = iter(args[2:])
+    for arg in items:
+        if not arg.startswith("-"):
+            positional.append(arg)
+            continue
+        flag, has_value, inline = arg.partition("=")
+        if flag in _FLAGS and not has_value:
+            yes = yes or flag in ("-y", "--yes")
+        elif flag in _VALUED:
+            value = inline if has_value else next(items, None)
+            if value is None or _ONLY.get(flag, value) != value:
+                return None
+            values.setdefault(flag, []).append(value)
+        else:  # --sandbox, --output, --help, --replay-from, --estimate, --env-file, --, ...
+            return None
+    if not yes or len(positional) != 1 or len(values.get("--model", [])) > 1:
+        return None
+    config = Path(positional[0]).resolve()
+    if config.suffix != ".toml" or config.parent.parts[-2:] != ("configs", "eval"):
+        return None
+    workspace = config.parents[2]
+    with config.open("rb") as handle:
+        data = tomllib.load(handle)
+    experiment, env = data.get("experiment"), data.get("env", {})
+    if not isinstance(experiment, dict) or data.get("secrets") != {"required": []}:
+        return None
+    rollout, entrypoint = experiment.get("rollout"), experiment.get("entrypoint")
+    if not (isinstance(rollout, str) and isinstance(entrypoint, str) and isinstance(env, dict)):
+        return None
+    if not all(
+        isinstance(value, str) and _ENV_NAME.match(key) and not key.startswith("_OSMOSIS_")
+        for key, value in env.items()
+    ):
+        return None
+    rollout_dir = workspace / "rollouts" / rollout
+    if not _plain_rollout(workspace, rollout_dir, entrypoint):
+        return None
+    given = values.get("--name")
+    name = given[0] if given else None
+    if name is None:
+        from osmosis.eval.host.run_name import default_run_name
+
+        name = default_run_name(config)
+    if not name or "/" in name or name.startswith("."):
+        return None  # the plan refuses it
+    run_dir = workspace / ".osmosis" / "evals" / name
+    return rollout_dir, str(rollout_dir / entrypoint), env, None if given else name, run_dir
+
+
+def _plain_rollout(workspace: Path, rollout_dir: Path, entrypoint: str) -> bool:
+    """A rollout that runs on the engine's own interpreter, with nothing the environment
+    check would refuse: no link on the way down, an entrypoint inside it, no build inputs."""
+    if "/" in rollout_dir.name or rollout_dir.name in ("", ".", ".."):
+        return False
+    for path in (workspace / "rollouts", rollout_dir):
+        if path.is_symlink() or not path.is_dir():
+            return False
+    target = rollout_dir / entrypoint
+    if not target.is_file() or not target.resolve().is_relative_to(rollout_dir.resolve()):
+        return False
+    return not any(
+        (rollout_dir / name).exists() or (rollout_dir / name).is_symlink() for name in _BUILD_INPUTS
+    )
+
+
+__all__ = ["begin", "end", "run_name"]
