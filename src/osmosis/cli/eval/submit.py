@@ -270,6 +270,45 @@ class Preflight:
         return self._answer[0]
 
 
+def early_preflight(config_path: Path, top: Path) -> Preflight | None:
+    """The pre-flight import started from the config's raw TOML, before anything else is
+    imported or checked: its answer (a child interpreter importing the entrypoint, ~0.5 s) is
+    what a submit waits for last. None unless `[experiment]` names a rollout directory of
+    the workspace at `top` (resolved) and an entrypoint file inside it; the checked config
+    decides whether it stands (`_preflight_for`)."""
+    import tomllib
+
+    try:
+        text = config_path.read_text(encoding="utf-8")
+        experiment = tomllib.loads(text).get("experiment", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    rollout = experiment.get("rollout") if isinstance(experiment, dict) else None
+    entrypoint = experiment.get("entrypoint") if isinstance(experiment, dict) else None
+    if not (isinstance(rollout, str) and rollout and isinstance(entrypoint, str) and entrypoint):
+        return None
+    rollouts = top / "rollouts"
+    rollout_dir = rollouts / rollout
+    path = rollout_dir / entrypoint
+    try:
+        inside = rollout_dir.resolve().parent == rollouts.resolve() and path.resolve(
+            strict=True
+        ).is_relative_to(rollout_dir.resolve())
+    except OSError:
+        return None
+    return Preflight(path, rollout_dir) if inside and path.is_file() else None
+
+
+def _preflight_for(early: Preflight | None, entrypoint: Path, rollout_dir: Path) -> Preflight:
+    """The early pre-flight when it imports what the checked config names, else one started
+    now."""
+    if early is not None and (early.entrypoint, early.rollout_dir) == (entrypoint, rollout_dir):
+        return early
+    if early is not None:
+        early.close()
+    return Preflight(entrypoint, rollout_dir)
+
+
 def _after(preflight: Preflight, ask: Callable[[str], str]) -> Callable[[str], str]:
     """`ask`, once the pre-flight import answered: an entrypoint that fails to import is
     refused before the user is asked for a secret."""
@@ -605,21 +644,11 @@ def submit_command(
 
     With several --model, one run per model; with --wait, exit 1 when any run did not
     finish, 3 when any is below a gate."""
-    from osmosis.cli.credentials import open_client, platform_errors
+    from osmosis.cli.eval.report import check_gate_options
     from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import current_workspace
-    from osmosis.git_state import GitStateError, resolve_git_state
-    from osmosis.wire.runs import (
-        EvalRunCreate,
-        ExperimentConfigIn,
-        RepositoryRef,
-        RunSecrets,
-    )
 
     out = output()
-    from osmosis.cli.eval.estimate import submit_estimate
-    from osmosis.cli.eval.report import check_gate_options
-
     gate_problems = check_gate_options(min_pass_rate, min_mean_reward)
     if (min_pass_rate is not None or min_mean_reward is not None) and not wait:
         gate_problems.append("--min-pass-rate and --min-mean-reward need --wait")
@@ -628,26 +657,46 @@ def submit_command(
     if gate_problems:
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     workspace = current_workspace()
-    loaded = _load_config(config, workspace)
-    overridden = model is not None or n is not None or limit is not None
-    # One config per model (the file's own model when no --model), each with -n and --limit.
-    chosen: Sequence[str | None] = model or [None]
-    configs = [with_overrides(loaded.config, m, n=n, limit=limit) for m in chosen]
-    cfg = configs[0]
-    experiment = cfg.experiment
-    try:
-        state = resolve_git_state(
-            workspace.directory, branch=experiment.branch, commit_sha=experiment.commit_sha
-        )
-    except GitStateError as error:
-        raise CLIError(error.message, hint=error.hint or None) from None
-    warnings = list(state.warnings)
     top = workspace.directory.resolve()
-    check_entrypoint_in_commit(top, state, f"rollouts/{experiment.rollout}/{experiment.entrypoint}")
-    # In the background while the platform is asked (secrets, rows); answered before the
-    # summary, or before a secret is prompted for.
-    preflight = Preflight(cfg.entrypoint_path(top), cfg.rollout_dir(top))
-    file_values = read_secrets_file(secrets_file)
+    # Started before the rest of the command's imports and checks, which it overlaps; a
+    # config that fails them closes it unanswered.
+    early = early_preflight(config, top)
+    try:
+        from osmosis.cli.credentials import open_client, platform_errors
+        from osmosis.cli.eval.estimate import submit_estimate
+        from osmosis.git_state import GitStateError, resolve_git_state
+        from osmosis.wire.runs import (
+            EvalRunCreate,
+            ExperimentConfigIn,
+            RepositoryRef,
+            RunSecrets,
+        )
+
+        loaded = _load_config(config, workspace)
+        overridden = model is not None or n is not None or limit is not None
+        # One config per model (the file's own model when no --model), each with -n and --limit.
+        chosen: Sequence[str | None] = model or [None]
+        configs = [with_overrides(loaded.config, m, n=n, limit=limit) for m in chosen]
+        cfg = configs[0]
+        experiment = cfg.experiment
+        try:
+            state = resolve_git_state(
+                workspace.directory, branch=experiment.branch, commit_sha=experiment.commit_sha
+            )
+        except GitStateError as error:
+            raise CLIError(error.message, hint=error.hint or None) from None
+        warnings = list(state.warnings)
+        check_entrypoint_in_commit(
+            top, state, f"rollouts/{experiment.rollout}/{experiment.entrypoint}"
+        )
+        file_values = read_secrets_file(secrets_file)
+        # In the background while the platform is asked (secrets, rows); answered before the
+        # summary, or before a secret is prompted for.
+        preflight = _preflight_for(early, cfg.entrypoint_path(top), cfg.rollout_dir(top))
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
 
     with preflight, open_client(None) as client:
         stored = functools.cache(stored_secrets(client, workspace.identity))

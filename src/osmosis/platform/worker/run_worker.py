@@ -36,7 +36,9 @@ decides what is recorded, and any worker that takes the run over later resumes f
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
 - `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, then
-  reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`).
+  reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`). Once the run
+  is dispatching it says so on the pipe the scheduler gave it (`DISPATCHING_FD_ENV`), which
+  then starts the next spare.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
 from osmosis.eval.model.bridge_budget import BUDGET_HALT_PREFIX, Budget
 from osmosis.eval.model.bridge_limits import install_coordinator
 from osmosis.eval.model.bridge_record import RECORD_FILE
+from osmosis.eval.results.records import AttemptRecord
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
 from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
@@ -178,6 +181,8 @@ def _warm_main() -> int:
     for name in (*_WARM_MODULES, *_WARM_DRIVERS.get(scheme, ())):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    _warm_orm()
+    says = _dispatching_pipe()
     ready = utcnow()
     line = sys.stdin.readline()
     if not line:
@@ -195,7 +200,41 @@ def _warm_main() -> int:
         f"took eval run {run_id} (claim {epoch})",
         flush=True,
     )
-    return event_loop.run(_main(settings, run_id, epoch))
+    return event_loop.run(_main(settings, run_id, epoch, dispatching=says))
+
+
+def _dispatching_pipe() -> Callable[[], None]:
+    """What tells the scheduler this worker's run is dispatching: one byte on the pipe it
+    passed (`DISPATCHING_FD_ENV`), written once; nothing without one. The pipe is kept from
+    every process the run starts, so its end is this process's end."""
+    from osmosis.platform.worker.scheduler import DISPATCHING_FD_ENV
+
+    named = os.environ.pop(DISPATCHING_FD_ENV, "")
+    if not named.isdigit():
+        return lambda: None
+    fd = int(named)
+    with contextlib.suppress(OSError):
+        os.set_inheritable(fd, False)
+
+    def tell() -> None:
+        nonlocal fd
+        if fd < 0:
+            return
+        with contextlib.suppress(OSError):  # the scheduler stopped listening: nothing to say
+            os.write(fd, b".")
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        fd = -1
+
+    return tell
+
+
+def _warm_orm() -> None:
+    """Configure every ORM mapper ahead: SQLAlchemy does it on a process's first query, and the
+    claim's first UPDATE paid it (0.15-0.2 s)."""
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()
 
 
 def _take_output(settings: Settings, run_id: str) -> None:
@@ -237,8 +276,10 @@ def _retitle(run_id: str, epoch: int) -> None:
     ctypes.memmove(start, wanted.ljust(end - start, b"\0"), end - start)
 
 
-async def _main(settings: Settings, run_id: str, epoch: int) -> int:
-    worker = _Worker(settings, run_id, epoch)
+async def _main(
+    settings: Settings, run_id: str, epoch: int, *, dispatching: Callable[[], None] | None = None
+) -> int:
+    worker = _Worker(settings, run_id, epoch, dispatching=dispatching)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -254,9 +295,17 @@ async def _main(settings: Settings, run_id: str, epoch: int) -> int:
 
 
 class _Worker:
-    def __init__(self, settings: Settings, run_id: str, epoch: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        run_id: str,
+        epoch: int,
+        *,
+        dispatching: Callable[[], None] | None = None,
+    ) -> None:
         assert settings.database_url is not None  # filled in by Settings
         self.settings = settings
+        self.dispatching = dispatching or (lambda: None)
         self.run_id = run_id
         self.epoch = epoch
         self.exit_code = 0
@@ -434,7 +483,10 @@ class _Worker:
         try:
             async with sink.flushing(), self.publishing(), self.sharing_limits():
                 report = await run_evaluation(
-                    plan, sink, site=self._rollout_site(run), observer=figures_from_env()
+                    plan,
+                    _Reporter(sink, on_dispatch=self.dispatching),
+                    site=self._rollout_site(run),
+                    observer=figures_from_env(),
                 )
         except RunLocked:
             # The run's previous worker is still winding down (or is cut off from the
@@ -681,6 +733,28 @@ class _Worker:
             run.claimed_by = run.lease_expires_at = None  # the lease ends with the run
             db.commit()
         self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
+
+
+class _Reporter:
+    """The sink as the engine's reporter, which also says when dispatch starts (the scheduler
+    then starts its next spare, whose imports would have slowed this run's start)."""
+
+    def __init__(self, sink: AttemptSink, *, on_dispatch: Callable[[], None]) -> None:
+        self._sink = sink
+        self._on_dispatch = on_dispatch
+
+    def stage(self, message: str) -> None:
+        self._sink.stage(message)
+
+    def start_progress(self, total: int, done: int, *, pass_threshold: float) -> None:
+        self._sink.start_progress(total, done, pass_threshold=pass_threshold)
+        self._on_dispatch()
+
+    def advance(self, record: AttemptRecord) -> None:
+        self._sink.advance(record)
+
+    def log_line(self, line: str) -> None:
+        self._sink.log_line(line)
 
 
 def run_budget(

@@ -39,9 +39,12 @@ the runs next in line wait, with a log line saying why, and start once space is 
 A warm spare: roles that execute runs keep one worker process started ahead
 (`run_worker --warm`), its engine imported, waiting on its stdin; a claim hands the run to it
 (`<run_id> <epoch>`, after which it takes the run's worker log as its output and its command
-line names the run) and starts the next spare, so a run does not wait for a Python start and
-the engine's imports. A spare that ends is replaced (backing off up to a minute), never handed
-a run; `close` kills it. `OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
+line names the run), so a run does not wait for a Python start and the engine's imports.
+The next spare starts once the run it took is dispatching (the worker says so on a pipe,
+`DISPATCHING_FD_ENV`; its end says so too), at most `SPARE_HOLD_MAX_SEC` after the hand-off:
+its imports (~1 s of CPU) would otherwise compete with that run's start. A spare that ends
+is replaced (backing off up to a minute), never handed a run; `close` kills it.
+`OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
 
 Workers lead their own process group and, on Linux, are SIGKILLed by the kernel when this
 process dies (`PR_SET_PDEATHSIG`); each worker does the same for its rollout server, so a
@@ -94,6 +97,11 @@ BACKOFF_MAX_SEC = 60.0
 # A lease not renewed for this share of its length may already be another worker's.
 SELF_FENCE_SHARE = 0.8
 MIRROR_SWEEP_SEC = 3600.0
+# The longest the next spare waits for the run handed to the last one to be dispatching (a run
+# that builds its environment first would otherwise leave the platform without a spare).
+SPARE_HOLD_MAX_SEC = 5.0
+# A spare's end of the pipe it writes to once its run is dispatching (`run_worker`).
+DISPATCHING_FD_ENV = "_OSMOSIS_DISPATCHING_FD"
 _WORKER_MODULE = "osmosis.platform.worker.run_worker"
 # Room in a spare's argv for `<run_id> <epoch>`, which it writes there once it takes a run
 # (`run_worker._retitle`): `ps` and /proc then name the run, as for a worker started for it.
@@ -157,6 +165,10 @@ class Scheduler:
         self._metrics: MetricsServer | None = None  # OSMOSIS_METRICS_PORT
         self.warm = self.executes and settings.worker_warm
         self.spare: subprocess.Popen[bytes] | None = None  # the next claim's worker, started
+        self._spare_says: int | None = None  # our end of the spare's dispatching pipe
+        # The dispatching pipe of the worker the last spare became, and until when the next
+        # spare waits for it (monotonic).
+        self._hold: tuple[int, float] | None = None
         self._spare_backoff = _Backoff()
 
     @property
@@ -223,6 +235,8 @@ class Scheduler:
             workers.append(self.spare)
             _close_stdin(self.spare)
             self.spare = None
+        self._end_hold()
+        self._forget_spare_pipe()
         for worker in workers:
             if worker.poll() is None:
                 # The group: the worker and anything it started that shares it (uv, say).
@@ -485,17 +499,24 @@ class Scheduler:
         self._held[claim.run_id].worker = worker
         logger.info("started worker %s for eval run %s", worker.pid, claim.run_id)
 
-    def _start_worker(self, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    def _start_worker(
+        self, args: list[str], log_path: Path, *, says: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; `says`: the write end of a spare's dispatching pipe."""
         # Spawned on the event loop's thread: the parent-death signal follows the thread
         # that forked, and this one lives as long as the process.
         spare = args[0] == "--warm"
+        env = self._worker_env()
+        if says is not None:
+            env[DISPATCHING_FD_ENV] = str(says)
         with open(open_private_append(log_path), "ab") as output:
             return subprocess.Popen(
                 [sys.executable, "-m", _WORKER_MODULE, *args],
-                env=self._worker_env(),
+                env=env,
                 stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
+                pass_fds=() if says is None else (says,),
                 start_new_session=True,
                 preexec_fn=_die_with_parent_hook(),
                 # Owner-only files for the worker and all it starts (git, uv, the rollout),
@@ -506,7 +527,10 @@ class Scheduler:
     def _hand_to_spare(self, claim: leases.Claim) -> subprocess.Popen[bytes] | None:
         """The spare, now running `claim`'s run; None when there is no live spare to take it."""
         spare, self.spare = self.spare, None
+        says, self._spare_says = self._spare_says, None
         if spare is None or spare.poll() is not None or spare.stdin is None:
+            if says is not None:
+                os.close(says)
             return None
         try:
             spare.stdin.write(f"{claim.run_id} {claim.epoch}\n".encode())
@@ -515,14 +539,49 @@ class Scheduler:
             _close_stdin(spare)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(spare.pid, signal.SIGKILL)
+            if says is not None:
+                os.close(says)
             return None
         self._spare_backoff.succeed()
+        if says is not None:
+            self._hold_spare(says)
         return spare
+
+    def _hold_spare(self, says: int) -> None:
+        """Start no spare until the worker behind `says` is dispatching, or has ended (the
+        pipe is readable either way), or `SPARE_HOLD_MAX_SEC` passed."""
+        self._end_hold()
+        self._hold = (says, time.monotonic() + SPARE_HOLD_MAX_SEC)
+        assert self._loop is not None
+        self._loop.add_reader(says, self._dispatching)
+
+    def _dispatching(self) -> None:
+        """The run handed to the last spare is dispatching (or its worker ended): start the
+        next spare now rather than at the next round."""
+        self._end_hold()
+        self.wake()
+
+    def _end_hold(self) -> None:
+        if self._hold is None:
+            return
+        says, self._hold = self._hold[0], None
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(says)
+        os.close(says)
+
+    def _forget_spare_pipe(self) -> None:
+        if self._spare_says is not None:
+            os.close(self._spare_says)
+            self._spare_says = None
 
     def _keep_spare(self, now: float) -> None:
         """Start a spare when there is none; replace one that ended (it never got a run)."""
         if not self.warm:
             return
+        if self._hold is not None:
+            if now < self._hold[1]:
+                return
+            self._end_hold()
         if self.spare is not None:
             code = self.spare.poll()
             if code is None:
@@ -539,12 +598,22 @@ class Scheduler:
             )
             _close_stdin(self.spare)
             self.spare = None
+            self._forget_spare_pipe()
         if now < self._spare_backoff.due:
             return
         log_path = self._spare_log()
         try:
             make_private_dir(log_path.parent)
-            self.spare = self._start_worker(["--warm", _TITLE_ROOM], log_path)
+            says, tells = os.pipe()  # tells: the spare's end, closed here once it is started
+            try:
+                self.spare = self._start_worker(["--warm", _TITLE_ROOM], log_path, says=tells)
+            except BaseException:
+                os.close(says)
+                raise
+            finally:
+                os.close(tells)
+            os.set_blocking(says, False)
+            self._spare_says = says
         except OSError as error:
             delay = self._spare_backoff.fail(now)
             logger.warning("cannot start a warm spare worker (%s); trying in %.0f s", error, delay)
