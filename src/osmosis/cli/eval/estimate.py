@@ -73,9 +73,9 @@ def submit_estimate(
     (`data/<dataset>.*`, its first `rows` rows); None when there is neither."""
     from itertools import islice
 
-    from osmosis.eval.host.plan import DATASET_SUFFIXES
     from osmosis.eval.inputs.dataset import read_rows
     from osmosis.eval.inputs.dataset_checks import DatasetError
+    from osmosis.eval.inputs.dataset_formats import DATASET_SUFFIXES
     from osmosis.eval.model.estimate import SpendQuestion, estimate_spend, prompt_tokens
 
     name = config.experiment.dataset

@@ -32,14 +32,13 @@ from osmosis.eval.inputs.dataset import (
     select_rows,
     validate_dataset,
 )
+from osmosis.eval.inputs.dataset_formats import DATASET_SUFFIXES
 from osmosis.eval.inputs.secrets import ResolvedSecrets, SecretsError, read_dotenv, resolve_secrets
 from osmosis.eval.inputs.sources import source_digest
 from osmosis.eval.model.bridge_budget import Budget
 from osmosis.eval.model.bridge_record import CACHE_MODES, RECORD_FILE, CacheMode
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.rollout.types import PROTOCOL_VERSION
-
-DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
 
 
 class PlanError(Exception):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from osmosis.eval.inputs.dataset_formats import DATASET_SUFFIXES
+
 __all__ = ["SUPERVISOR_ENV", "Checker", "Issue", "LineIndex", "parse_issue"]
 
 SECTIONS = ("experiment", "evaluation", "advanced", "env", "secrets")
@@ -56,7 +58,6 @@ SUPERVISOR_ENV = frozenset(
         "OSMOSIS_ROLLOUT_ID",
     }
 )
-_DATASET_SUFFIXES = (".csv", ".jsonl", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ class Checker:
                 return self.entrypoint_problem(rollout, value)
             return None
         if key == "dataset" and (
-            "/" in value or "\\" in value or value.lower().endswith(_DATASET_SUFFIXES)
+            "/" in value or "\\" in value or value.lower().endswith(DATASET_SUFFIXES)
         ):
             return (
                 "must be a platform dataset name (the uploaded file's stem), not a path: "

@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 FORMATS = ("csv", "jsonl", "parquet")
+# A workspace dataset is `data/<name><suffix>`, looked up in this order (one must match).
+DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
 # Only these columns matter to eval; Parquet reads nothing else, to keep batches small.
 KNOWN_COLUMNS = ("system_prompt", "user_prompt", "ground_truth", "label", "metadata")
 PARQUET_BATCH_ROWS = 1024
