@@ -25,129 +25,190 @@ proxy's socket through `127.0.0.1:<port>` (`package_index`).
 It starts the rollout server as its child with the given resource limits (`--rlimit NAME=N`,
 soft limit; the hard limit is set a little above so a signal comes first), forwards SIGTERM
 and SIGINT to it, and exits with its status (128 + signal number when a signal killed it).
+
+Every byte between the engine and the rollout, and every model call, passes here, and its start
+runs beside the rollout server's own on the same cores: so it is one `selectors` loop over
+non-blocking sockets, with no asyncio, argparse or subprocess (~100 ms of imports under load,
+and a task and a stream per direction of every connection).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
+import errno
 import os
 import resource
-import signal
-import socket
-import subprocess
 import sys
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+import time
 
+TYPE_CHECKING = False  # typing's import alone would delay the rollout's start a few ms
 if TYPE_CHECKING:
-    import asyncio  # imported by `_import_asyncio`, once the rollout server is starting
-
-    _Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    import selectors
+    import signal
+    import socket
 
 _CHUNK = 256 * 1024
-# As uvicorn listens: asyncio's default (100) drops a burst of hundreds of connections (TCP)
-# or refuses it (a Unix socket), and the first wave of a run is such a burst.
+# As uvicorn listens: the kernel's default backlog drops a burst of hundreds of connections
+# (TCP) or refuses it (a Unix socket), and the first wave of a run is such a burst.
 _BACKLOG = 2048
+_ACCEPT_BATCH = 64  # connections taken per readiness of a listener, so no side starves
+_ACCEPT_RETRY_SEC = 1.0  # a listener that failed to accept rests this long (as asyncio's)
+_UNIX_CONNECT_SEC = 10.0  # a full backlog on the engine's side: wait for room, not forever
+_DRAIN_SEC = 1.0  # how long the shim passes on what an exited server had sent
+_QUIET_SEC = 0.05  # no traffic for this long: nothing more is coming from the exited server
 _HARD_MARGIN = {"CPU": 5}  # seconds between SIGXCPU (soft) and SIGKILL (hard)
+_OPTIONS = ("--listen-fd", "--rollout-port", "--bridge-port", "--bridge-socket", "--rlimit")
+_USAGE = (
+    "usage: shim.py [--listen-fd FD --rollout-port PORT] [--bridge-port PORT "
+    "--bridge-socket PATH] [--rlimit NAME=N ...] -- COMMAND ..."
+)
+
+
+class _UsageError(Exception):
+    pass
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="osmosis-sandbox-shim")
-    parser.add_argument("--listen-fd", type=int)
-    parser.add_argument("--rollout-port", type=int)
-    parser.add_argument("--bridge-port", type=int)
-    parser.add_argument("--bridge-socket")
-    parser.add_argument("--rlimit", action="append", default=[])
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("the rollout server's command is missing (after --)")
-    if (args.listen_fd is None) != (args.rollout_port is None):
-        parser.error("--listen-fd and --rollout-port go together")
-    limits = [_parse_limit(text) for text in args.rlimit]
+    try:
+        options, command = _parse(sys.argv[1:] if argv is None else argv)
+        limits = [_parse_limit(text) for text in options.get("--rlimit", [])]
+        listen_fd = _single_int(options, "--listen-fd")
+        rollout_port = _single_int(options, "--rollout-port")
+        bridge_port = _single_int(options, "--bridge-port")
+        bridge_socket = options.get("--bridge-socket", [None])[-1]
+    except _UsageError as error:
+        sys.stderr.write(f"{_USAGE}\nosmosis-sandbox-shim: error: {error}\n")
+        return 2
     child = None
-    if args.listen_fd is not None:
+    if listen_fd is not None and rollout_port is not None:
         # A rollout server starts first: its interpreter and imports (~0.5 s) overlap the
-        # shim's own (asyncio, ~50 ms) and its listeners. The engine's connections wait in
-        # the listening socket's backlog meanwhile, and nothing calls the bridge before the
-        # engine dispatches. An environment build (no --listen-fd) may reach the package
-        # proxy at once: its listener comes first.
+        # shim's own imports and listeners. The engine's connections wait in the listening
+        # socket's backlog meanwhile, and nothing calls the bridge before the engine
+        # dispatches. An environment build (no --listen-fd) may reach the package proxy at
+        # once: its listener comes first.
         child = _spawn(command, limits)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda received, _frame: _relay(child, received))
-    _import_asyncio()
-    return asyncio.run(_serve(args, command, limits, child))
+        _relay_stops(child)  # at once: a stop during the imports below still reaches it
+    _import_late()
+    relay = _Relay()
+    if child is not None:
+        relay.watch_child(child)
+        engine_side = socket.socket(fileno=listen_fd)
+        relay.listen(engine_side, ("tcp", ("127.0.0.1", rollout_port)))
+    if bridge_port and bridge_socket:
+        bridge_side = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        bridge_side.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        bridge_side.bind(("127.0.0.1", bridge_port))
+        bridge_side.listen(_BACKLOG)
+        relay.listen(bridge_side, ("unix", bridge_socket))
+    if child is None:
+        child = _spawn(command, limits)
+        relay.watch_child(child)
+    status = relay.run(child)
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
-def _import_asyncio() -> None:
-    globals()["asyncio"] = importlib.import_module("asyncio")
+def _relay_stops(pid: int) -> None:
+    """SIGTERM and SIGINT go on to the child (the interpreter's own `_signal`: `signal` is
+    imported later)."""
+    raw = sys.modules["_signal"]
+    for signum in (raw.SIGTERM, raw.SIGINT):
+        raw.signal(signum, lambda received, _frame: _relay(pid, received))
 
 
-def _spawn(command: list[str], limits: list[tuple[int, str, int]]) -> subprocess.Popen[Any]:
-    """The rollout server (or the build), under its resource limits."""
+def _import_late() -> None:
+    """`selectors`, `signal` and `socket` (each imports `enum`), once the rollout server is
+    spawned: its start need not wait for them."""
+    import selectors as late_selectors
+    import signal as late_signal
+    import socket as late_socket
 
-    def set_limits() -> None:
-        for kind, name, value in limits:
-            resource.setrlimit(kind, (value, value + _HARD_MARGIN.get(name, 0)))
+    globals().update(selectors=late_selectors, signal=late_signal, socket=late_socket)
 
-    # The listening descriptor stays with the shim (close_fds): the rollout never holds it.
-    # The readiness pipe goes on to the rollout, and the shim keeps no copy of it, so that
-    # its end of file still means the rollout exited.
-    ready = _ready_fd()
-    child = subprocess.Popen(
-        command, preexec_fn=set_limits, close_fds=True, pass_fds=() if ready is None else (ready,)
-    )
-    if ready is not None:
-        os.close(ready)
-    return child
+
+def _parse(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """`--name value` or `--name=value` options, then `--` and the command."""
+    options: dict[str, list[str]] = {}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            index += 1
+            break
+        name, equals, value = arg.partition("=")
+        if name not in _OPTIONS:
+            break  # the command, without a `--` before it
+        if not equals:
+            index += 1
+            if index >= len(argv):
+                raise _UsageError(f"argument {name}: expected one argument")
+            value = argv[index]
+        options.setdefault(name, []).append(value)
+        index += 1
+    command = argv[index:]
+    if not command:
+        raise _UsageError("the rollout server's command is missing (after --)")
+    if ("--listen-fd" in options) != ("--rollout-port" in options):
+        raise _UsageError("--listen-fd and --rollout-port go together")
+    return options, command
+
+
+def _single_int(options: dict[str, list[str]], name: str) -> int | None:
+    values = options.get(name)
+    if not values:
+        return None
+    try:
+        return int(values[-1])
+    except ValueError:
+        raise _UsageError(f"argument {name}: invalid int value: {values[-1]!r}") from None
 
 
 def _parse_limit(text: str) -> tuple[int, str, int]:
     name, _, value = text.partition("=")
-    kind: int = getattr(resource, "RLIMIT_" + name.upper())
-    return kind, name.upper(), int(value)
+    try:
+        kind: int = getattr(resource, "RLIMIT_" + name.upper())
+        return kind, name.upper(), int(value)
+    except (AttributeError, ValueError):
+        raise _UsageError(f"--rlimit {text!r}: expected NAME=N, e.g. FSIZE=1048576") from None
 
 
-async def _serve(
-    args: argparse.Namespace,
-    command: list[str],
-    limits: list[tuple[int, str, int]],
-    child: subprocess.Popen[Any] | None,
-) -> int:
-    loop = asyncio.get_running_loop()
-    servers: list[asyncio.AbstractServer] = []
-    if args.listen_fd is not None:  # absent for an environment build: nobody calls in
-        engine_side = socket.socket(fileno=args.listen_fd)
-        engine_side.setblocking(False)
-        servers.append(
-            await asyncio.start_unix_server(
-                lambda r, w: _forward(r, w, _connect_tcp("127.0.0.1", args.rollout_port)),
-                sock=engine_side,
-                backlog=_BACKLOG,
-            )
-        )
-    if args.bridge_port and args.bridge_socket:
-        servers.append(
-            await asyncio.start_server(
-                lambda r, w: _forward(r, w, _connect_unix(args.bridge_socket)),
-                host="127.0.0.1",
-                port=args.bridge_port,
-                reuse_address=True,
-                backlog=_BACKLOG,
-            )
-        )
+def _spawn(command: list[str], limits: list[tuple[int, str, int]]) -> int:
+    """The rollout server (or the build), under its resource limits: its pid.
 
-    if child is None:
-        child = _spawn(command, limits)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, _relay, child, signum)
-    code = await loop.run_in_executor(None, child.wait)
-    for server in servers:
-        server.close()
-    return 128 - code if code < 0 else code
+    Only the standard descriptors and the readiness pipe the engine handed down
+    (`_OSMOSIS_ROLLOUT_READY_FD`) go on to it: the listening descriptor stays with the shim,
+    and the shim keeps no copy of the pipe, so that its end of file still means the rollout
+    exited."""
+    ready = _ready_fd()
+    most = os.sysconf("SC_OPEN_MAX")
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may return into the shim's code
+        try:
+            for kind, name, value in limits:
+                resource.setrlimit(kind, (value, value + _HARD_MARGIN.get(name, 0)))
+            # Python ignores these; an ignored signal stays ignored across exec, and a file
+            # past the FSIZE limit must end the writer (SIGXFSZ), as subprocess restores them.
+            # The interpreter's own `_signal`, always loaded: `signal` is imported later.
+            raw = sys.modules["_signal"]
+            for signum in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+                if hasattr(raw, signum):
+                    raw.signal(getattr(raw, signum), raw.SIG_DFL)
+            # The listening descriptor came from bwrap inheritable: it must not reach the
+            # rollout, nor anything else of the shim's.
+            os.closerange(3, most if ready is None else ready)
+            if ready is not None:
+                os.set_inheritable(ready, True)
+                os.closerange(ready + 1, most)
+            os.execvp(command[0], command)
+        except BaseException as error:  # reported, then the child is gone
+            try:
+                message = f"osmosis-sandbox-shim: cannot execute {command[0]}: {error}\n"
+                os.write(2, message.encode())
+            finally:
+                os._exit(127)
+    if ready is not None:
+        os.close(ready)
+    return pid
 
 
 def _ready_fd() -> int | None:
@@ -160,48 +221,265 @@ def _ready_fd() -> int | None:
     return fd
 
 
-def _relay(child: subprocess.Popen[Any], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        child.send_signal(signum)
+class _End:
+    """One socket of a forwarded connection: what is waiting to be written to it (read from
+    its peer), whether it has sent its end of file, whether it has been sent one."""
+
+    __slots__ = ("connecting", "eof_in", "events", "peer", "pending", "shut_out", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.peer: _End | None = None
+        self.pending = b""
+        self.eof_in = False
+        self.shut_out = False
+        self.connecting = False
+        self.events = 0
 
 
-async def _connect_tcp(host: str, port: int) -> _Streams:
-    return await asyncio.open_connection(host, port, limit=_CHUNK)
+class _Relay:
+    """Listeners, forwarded connections and the child's exit, on one selector."""
 
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.listeners: list[socket.socket] = []
+        self._wake_read = -1
+        self._resting: dict[socket.socket, tuple[float, tuple[str, object]]] = {}
+        """Listeners that could not accept (`_accept`): when they listen again."""
 
-async def _connect_unix(path: str) -> _Streams:
-    return await asyncio.open_unix_connection(path, limit=_CHUNK)
+    def listen(self, sock: socket.socket, target: tuple[str, object]) -> None:
+        sock.setblocking(False)
+        self.listeners.append(sock)
+        self.selector.register(sock, selectors.EVENT_READ, ("listen", target))
 
+    def _rest_left(self) -> float | None:
+        """Seconds until the next resting listener is due (it listens again if so); None when
+        none rests."""
+        if not self._resting:
+            return None
+        now, soonest = time.monotonic(), None
+        for listener, (due, target) in list(self._resting.items()):
+            if due <= now:
+                del self._resting[listener]
+                self.selector.register(listener, selectors.EVENT_READ, ("listen", target))
+            elif soonest is None or due - now < soonest:
+                soonest = due - now
+        return soonest
 
-async def _forward(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connect: Awaitable[_Streams]
-) -> None:
-    try:
-        upstream_reader, upstream_writer = await connect
-    except OSError:
-        writer.close()  # nothing listens yet (the server is starting): the caller retries
-        return
-    await asyncio.gather(
-        _pipe(reader, upstream_writer),
-        _pipe(upstream_reader, writer),
-        return_exceptions=True,
-    )
-    for side in (writer, upstream_writer):
-        side.close()
+    def watch_child(self, pid: int) -> None:
+        """SIGCHLD wakes the loop (its wakeup descriptor); SIGTERM and SIGINT go to the child."""
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self._wake_read = read
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        _relay_stops(pid)
+        self.selector.register(read, selectors.EVENT_READ, ("wake", None))
 
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
+    def run(self, pid: int) -> int:
+        """Forward until the child exits, then pass on what it had sent (its last answer may
+        still be on its way): its wait status."""
         while True:
-            data = await reader.read(_CHUNK)
-            if not data:
+            status = _reaped(pid)
+            if status is not None:
                 break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()  # half-close: the other direction may still carry a response
-    except (ConnectionError, OSError):
-        writer.close()
+            for key, mask in self.selector.select(self._rest_left()):
+                kind, target = key.data
+                if kind == "listen":
+                    self._accept(key.fileobj, target)  # type: ignore[arg-type]
+                elif kind == "wake":
+                    _drain(self._wake_read)
+                else:
+                    self._ready(target, mask)
+        for sock in self.listeners:
+            if sock not in self._resting:
+                self.selector.unregister(sock)
+            sock.close()
+        # Until the connections go quiet, for a second at most: an idle one the engine keeps
+        # open must not hold the server's death back.
+        give_up = time.monotonic() + _DRAIN_SEC
+        while (left := give_up - time.monotonic()) > 0:
+            ready = self.selector.select(min(left, _QUIET_SEC))
+            if not ready:
+                break
+            for key, mask in ready:
+                kind, target = key.data
+                if kind == "wake":
+                    _drain(self._wake_read)
+                elif kind == "conn":
+                    self._ready(target, mask)
+        return status
+
+    # -- connections -------------------------------------------------------------------------
+    def _accept(self, listener: socket.socket, target: tuple[str, object]) -> None:
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                downstream, _address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Out of descriptors, say (a rollout holding hundreds of connections): the
+                # rest wait in the backlog, and the listener rests instead of spinning.
+                self.selector.unregister(listener)
+                self._resting[listener] = (time.monotonic() + _ACCEPT_RETRY_SEC, target)
+                return
+            try:
+                upstream = self._connect(target)
+                if upstream is not None:
+                    downstream.setblocking(False)
+                    if downstream.family == socket.AF_INET:
+                        downstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                upstream = None
+            if upstream is None:
+                downstream.close()  # nothing listens yet (the server is starting): retried
+                continue
+            near, far = _End(downstream), upstream
+            near.peer, far.peer = far, near
+            self._update(near)
+            self._update(far)
+
+    def _connect(self, target: tuple[str, object]) -> _End | None:
+        family, address = target
+        if family == "tcp":
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        code = sock.connect_ex(address)  # type: ignore[arg-type]
+        if code == errno.EAGAIN and family == "unix":
+            # The bridge's backlog is full (a Unix socket refuses at once where TCP queues):
+            # wait for room, as TCP would.
+            sock.settimeout(_UNIX_CONNECT_SEC)
+            try:
+                sock.connect(address)  # type: ignore[arg-type]
+                code = 0
+            except OSError:
+                code = errno.ECONNREFUSED
+            sock.setblocking(False)
+        end = _End(sock)
+        if code in (errno.EINPROGRESS, errno.EWOULDBLOCK):
+            end.connecting = True
+        elif code != 0:
+            sock.close()
+            return None
+        return end
+
+    def _ready(self, end: _End, mask: int) -> None:
+        peer = end.peer
+        assert peer is not None
+        try:
+            if mask == selectors.EVENT_READ and not (end.eof_in or peer.pending or end.connecting):
+                # Most events: a message passed on whole, and nothing else changes.
+                data = end.sock.recv(_CHUNK)
+                if data:
+                    try:
+                        sent = peer.sock.send(data)
+                    except (BlockingIOError, InterruptedError):
+                        sent = 0
+                    if sent == len(data):
+                        return
+                    peer.pending = data[sent:]
+                    self._update(end)
+                    self._update(peer)
+                    return
+                end.eof_in = True
+                mask = 0  # the end of file is handled below
+            if end.connecting and mask & selectors.EVENT_WRITE:
+                error = end.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error:
+                    raise OSError(error, os.strerror(error))
+                end.connecting = False
+            if mask & selectors.EVENT_WRITE and end.pending:
+                self._send(end, end.pending)
+            if mask & selectors.EVENT_READ and not end.eof_in:
+                data = end.sock.recv(_CHUNK)
+                if data:
+                    self._send(peer, data)
+                else:
+                    end.eof_in = True
+            for side in (end, peer):
+                other = side.peer
+                assert other is not None
+                if other.eof_in and not side.pending and not side.shut_out and not side.connecting:
+                    side.shut_out = True
+                    side.sock.shutdown(socket.SHUT_WR)  # half-close: the answer may still come
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close(end)
+            return
+        if end.eof_in and peer.eof_in and end.shut_out and peer.shut_out:
+            self._close(end)
+            return
+        self._update(end)
+        self._update(peer)
+
+    def _send(self, end: _End, data: bytes) -> None:
+        """Write `data` to `end`, keeping what the socket does not take now."""
+        if end.connecting:
+            end.pending += data
+            return
+        try:
+            sent = end.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        end.pending = data[sent:]
+
+    def _update(self, end: _End) -> None:
+        """Read from a side only while its peer has nothing left to write (flow control both
+        ways); write to it while something waits for it or it is still connecting."""
+        peer = end.peer
+        assert peer is not None
+        events = 0
+        if not end.eof_in and not peer.pending and not end.connecting and not peer.connecting:
+            events |= selectors.EVENT_READ
+        if end.pending or end.connecting:
+            events |= selectors.EVENT_WRITE
+        if events == end.events:
+            return
+        if end.events == 0:
+            self.selector.register(end.sock, events, ("conn", end))
+        elif events == 0:
+            self.selector.unregister(end.sock)
+        else:
+            self.selector.modify(end.sock, events, ("conn", end))
+        end.events = events
+
+    def _close(self, end: _End) -> None:
+        for side in (end, end.peer):
+            if side is None:
+                continue
+            if side.events:
+                self.selector.unregister(side.sock)
+                side.events = 0
+            side.sock.close()
+
+
+def _reaped(pid: int) -> int | None:
+    """The child's wait status once it exited, else None."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return status if reaped == pid else None
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def _relay(pid: int, signum: int) -> None:
+    try:  # noqa: SIM105 - contextlib's import would delay the rollout's start
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 if __name__ == "__main__":
