@@ -6,23 +6,38 @@ Every figure is set beside a limit measured in the same run (issue 30):
 
   fixed     a 1-row `eval run` (scripted model, 0 ms): the whole command, and its phases
             read from the run's own log and journal (`logs.txt` stamps each line):
-              start      interpreter, imports, config and dataset, run directory
+              start      interpreter, imports, config and dataset, run directory; the
+                         rollout server starts alongside (spawned at the command's entry,
+                         `osmosis.cli.prestart`)
               bridge     the model bridge, the environment check
-              servers    the rollout server's start (the model's pre-flight runs alongside)
+              servers    what is left of the rollout server's start once the run asks for
+                         it (the model's pre-flight runs alongside)
               dispatch   server healthy → the first attempt sent
               attempts   the first attempt sent → the last one recorded
               exit       the last record → the process gone (outputs, servers stopped)
             against a bare client's whole command: the interpreter, aiohttp and one chat
             call (`bench/engine.py`'s client). Fixed cost = whole - attempts.
+            Beside it, the same run without the early start (`--output` given, the same
+            directory: the server then starts when the run asks for it, as before).
             Beside it, the rollout server's own start outside the engine: `python main.py`
             spawned → `GET /health` 200, against a bare FastAPI app on uvicorn (the same
             imports, one `/health` route) started the same way.
-  sandbox   the same run with `--sandbox` (the bubblewrap site), against `fixed`.
+  sandbox   the same run with `--sandbox` (the bubblewrap site) against it unsandboxed
+            without the early start, alternated run by run: the servers phase's
+            difference, round by round.
   latency   200 ms model latency, 500 rows, 64 in flight: the whole command against the
             ideal (rows / concurrency x latency), the bare client's whole command beside.
   platform  the embedded platform (`server start --detach`), the same 1-row workspace with
             its environment cached by a first run: `eval submit` → first attempt recorded,
-            and → finished, against `eval run`'s whole command.
+            and → finished, against `eval run`'s whole command; its phases from the run's
+            `logs.txt` and journal (seconds from the command's start to the claim, then each
+            from the one before):
+              claimed    the submit command up to its POST, the scheduler's claim
+              worker     the claim → the worker (a warm spare) took the run
+              prepare    checkout, dataset copy, plan, run directory ("work items pending")
+              server     the rollout server's start (in the sandbox) → healthy
+              recorded   healthy → the first attempt ended (journal)
+              visible    → the API showed it (the database write, the bench's 20 ms poll)
 
 The Ray executor's per-attempt figures are `bench/ray.py --cases overhead`.
 Median of `--repeat` runs, the range beside it; the load average is printed: 2 shared
@@ -58,6 +73,7 @@ from osmosis.testing import FakeModelServer
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
 PHASES = ("start", "bridge", "servers", "dispatch", "attempts", "exit")
+PLATFORM_PHASES = ("claimed", "worker", "prepare", "server", "recorded", "visible")
 
 # The limit for the rollout server's start: what any FastAPI app on uvicorn needs to answer.
 BARE_SERVER = """
@@ -116,6 +132,34 @@ def phases(run_dir: Path, began: float, ended: float) -> dict[str, float]:
         "dispatch": first - marks["healthy"],
         "attempts": last - first,
         "exit": ended - last,
+    }
+
+
+def platform_phases(run_dir: Path, began: float, visible: float) -> dict[str, float]:
+    """Seconds of each phase of one platform run (`PLATFORM_PHASES`), from its log's stamps
+    and its journal; `began` is the submit command's start, `visible` when the API showed
+    the first attempt."""
+    marks: dict[str, float] = {}
+    for line in (run_dir / "logs.txt").read_text().splitlines():
+        text = line.split(" ", 1)[1]
+        for mark, words in (
+            ("claimed", "[platform] claimed by"),
+            ("worker", "started by the platform"),
+            ("pending", "work items pending"),
+            ("starting", "starting rollout server"),
+            ("healthy", "healthy at"),
+        ):
+            if words in text and mark not in marks:
+                marks[mark] = _stamp(line)
+    records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    recorded = min(datetime.fromisoformat(r["finished_at"]).timestamp() for r in records)
+    return {
+        "claimed": marks["claimed"] - began,
+        "worker": marks["worker"] - marks["claimed"],
+        "prepare": marks["pending"] - marks["worker"],
+        "server": marks["healthy"] - marks["starting"],
+        "recorded": recorded - marks["healthy"],
+        "visible": visible - recorded,
     }
 
 
@@ -205,6 +249,7 @@ def one_row_workspace(root: Path) -> Path:
 def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[dict[str, float]]:
     label = "eval run --sandbox" if extra else "eval run"
     runs: list[dict[str, float]] = []
+    lates: list[dict[str, float]] = []  # no early start: --output names the same root
     bares: list[float] = []
     starts: list[float] = []
     bare_starts: list[float] = []
@@ -215,6 +260,8 @@ def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[d
             bares.append(bare_client(model, 1, 1))
             runs.append(eval_run(workdir, model, f"run{index}", *extra))
             if not extra:
+                late = ("--output", ".osmosis/evals")
+                lates.append(eval_run(workdir, model, f"late{index}", *late))
                 rollout = workdir / "rollouts" / "bench"
                 starts.append(server_start([sys.executable, "main.py"], rollout))
                 bare_starts.append(server_start([sys.executable, "-c", BARE_SERVER], workdir))
@@ -235,6 +282,15 @@ def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[d
     )
     for phase in PHASES:
         table.add(f"  phase {phase}", f"{median_of(runs, phase):.3f} s", "", "")
+    if lates:
+        late = median_of(lates, "whole")
+        table.add(
+            "  without the early server start: whole",
+            f"{late:.3f} s ({spread([r['whole'] for r in lates])})",
+            f"phases start {median_of(lates, 'start'):.3f} s, "
+            f"servers {median_of(lates, 'servers'):.3f} s",
+            f"early start {whole / late:.2f}x of it, {(whole - late) * 1000:+.0f} ms",
+        )
     if starts:
         start, bare_start = statistics.median(starts), statistics.median(bare_starts)
         table.add(
@@ -247,14 +303,44 @@ def case_fixed(table: Table, repeat: int, extra: tuple[str, ...] = ()) -> list[d
 
 
 def case_sandbox(table: Table, repeat: int) -> None:
-    plain = case_fixed(Table(), repeat)
-    boxed = case_fixed(table, repeat, ("--sandbox",))
-    extra = median_of(boxed, "servers") - median_of(plain, "servers")
+    """`eval run --sandbox` against the same run unsandboxed, alternated run by run in one
+    workspace (a load spike touches both sides of a round), each side warmed once. The
+    unsandboxed side names `--output` (the default root): its server then starts when the run
+    asks for it, as the sandboxed one does, not at the command's entry (`cli.prestart`)."""
+    plain: list[dict[str, float]] = []
+    boxed: list[dict[str, float]] = []
+    late = ("--output", ".osmosis/evals")
+    with FakeModelServer() as model, tempfile.TemporaryDirectory() as scratch:
+        workdir = one_row_workspace(Path(scratch))
+        eval_run(workdir, model, "warm", *late)
+        eval_run(workdir, model, "warm-boxed", "--sandbox")
+        for index in range(repeat):
+            plain.append(eval_run(workdir, model, f"plain{index}", *late))
+            boxed.append(eval_run(workdir, model, f"boxed{index}", "--sandbox"))
+    load = f"load {os.getloadavg()[0]:.1f}"
+    whole, base = median_of(boxed, "whole"), median_of(plain, "whole")
     table.add(
-        "sandbox start over unsandboxed",
-        f"{extra * 1000:+.0f} ms",
-        f"unsandboxed servers phase {median_of(plain, 'servers'):.3f} s",
-        f"{'<=' if extra <= 0.05 else '>'} 50 ms target",
+        "eval run --sandbox, 1 row: whole command",
+        f"{whole:.3f} s ({spread([r['whole'] for r in boxed])})",
+        f"unsandboxed {base:.3f} s ({spread([r['whole'] for r in plain])})",
+        f"{(whole - base) * 1000:+.0f} ms",
+    )
+    for phase in PHASES:
+        table.add(
+            f"  phase {phase}",
+            f"{median_of(boxed, phase):.3f} s",
+            f"unsandboxed {median_of(plain, phase):.3f} s",
+            "",
+        )
+    rounds = [b["servers"] - p["servers"] for p, b in zip(plain, boxed, strict=True)]
+    extra = statistics.median(rounds)
+    table.add(
+        "sandbox start over unsandboxed (servers phase)",
+        f"{extra * 1000:+.0f} ms (median of {repeat} rounds; medians' difference "
+        f"{(median_of(boxed, 'servers') - median_of(plain, 'servers')) * 1000:+.0f} ms)",
+        f"unsandboxed {median_of(plain, 'servers'):.3f} s; rounds "
+        + " ".join(f"{r * 1000:+.0f}" for r in rounds),
+        f"{'<=' if extra <= 0.05 else '>'} 50 ms target ({load})",
     )
 
 
@@ -314,6 +400,7 @@ def case_platform(table: Table, repeat: int) -> None:
             firsts: list[float] = []
             finishes: list[float] = []
             submits: list[float] = []
+            splits: list[dict[str, float]] = []
             with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
                 for index in range(repeat + 1):  # the first one builds the environment
                     began = time.time()
@@ -321,11 +408,13 @@ def case_platform(table: Table, repeat: int) -> None:
                                            "-y", cwd=tree, env=env)  # fmt: skip
                     submitted = time.time() - began
                     name = json.loads(out)["resource"]["name"]
+                    run_id = json.loads(out)["resource"]["id"]
                     first = None
                     while True:
                         detail = client.runs.get(name)
                         if first is None and detail.eval_run.summary.progress.completed > 0:
                             first = time.time() - began
+                            shown = time.time()
                         if detail.eval_run.status in TERMINAL_RUN_STATUSES:
                             break
                         time.sleep(0.02)
@@ -335,6 +424,9 @@ def case_platform(table: Table, repeat: int) -> None:
                         submits.append(submitted)
                         firsts.append(first if first is not None else time.time() - began)
                         finishes.append(time.time() - began)
+                        if first is not None:
+                            run_dir = root / "home" / "runs" / run_id
+                            splits.append(platform_phases(run_dir, began, shown))
         finally:
             platform.osmosis("server", "stop", cwd=root, env=env)
     whole = median_of(local, "whole")
@@ -356,6 +448,11 @@ def case_platform(table: Table, repeat: int) -> None:
         f"eval run whole {whole:.3f} s",
         f"{statistics.median(finishes) / whole:.2f}x",
     )
+    for phase in PLATFORM_PHASES if splits else ():
+        values = [split[phase] for split in splits]
+        table.add(
+            f"  phase {phase}", f"{statistics.median(values):.3f} s ({spread(values)})", "", ""
+        )
 
 
 CASES: dict[str, Callable[[Table, int], object]] = {
