@@ -115,5 +115,5 @@ def test_tool_calls_are_recorded_with_per_call_tokens_in_the_trajectory(fake_mod
     assert agent_steps[0]["tool_calls"][0]["function_name"] == "multiply"
     assert agent_steps[0]["observation"]["results"][0]["content"] == "391"
     assert all(s["metrics"]["prompt_tokens"] > 0 for s in agent_steps)
-    assert doc["final_metrics"]["total_policy_calls"] == 2
+    assert doc["final_metrics"]["extra"]["total_policy_calls"] == 2  # ATIF: ours in extra
     assert fake_model.stats().tool_calls == 1

@@ -20,6 +20,14 @@ def test_a_well_formed_document_reads_as_turns_with_call_metrics():
     assert not convo.turns[0].metrics  # no numbers: nothing to show
 
 
+def test_a_calls_latency_in_its_atif_metrics_extra_is_shown_as_beside_them():
+    # The engine writes trajectories ATIF-conformant: the latency sits in `metrics.extra`.
+    step = {"step_id": 1, "source": "agent", "message": "42",
+            "metrics": {"prompt_tokens": 21, "extra": {"latency_ms": 812.5}}}  # fmt: skip
+    call = conversation({"steps": [step]}).turns[0]
+    assert (call.metrics.prompt_tokens, call.metrics.latency_ms) == (21, 812.5)
+
+
 def test_wrong_types_anywhere_are_read_as_absent():
     convo = conversation(MALFORMED_TRAJECTORY)
     assert [t.step for t in convo.turns] == [1, 2, 3]  # "three" is no step number

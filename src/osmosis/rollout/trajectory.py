@@ -16,6 +16,16 @@ from osmosis.rollout.types import Message
 
 ATIF_VERSION = "ATIF-v1.7"
 AGENT_NAME = "osmosis-rollout-sdk"
+# ATIF's metric objects forbid unknown keys (the official client validates trajectories
+# strictly): ours (a call's latency, the run's policy calls) go into each object's `extra`.
+ATIF_STEP_METRICS = frozenset(
+    {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "prompt_token_ids",
+     "completion_token_ids", "logprobs", "extra"}
+)  # fmt: skip
+ATIF_FINAL_METRICS = frozenset(
+    {"total_prompt_tokens", "total_completion_tokens", "total_cached_tokens", "total_cost_usd",
+     "total_steps", "extra"}
+)  # fmt: skip
 _SOURCES = {"system": "system", "developer": "system", "user": "user", "assistant": "agent"}
 
 logger = logging.getLogger(__name__)
@@ -54,19 +64,21 @@ def build_trajectory(
             call = _take_matching_call(unmatched, message)
             if call is not None:
                 step["model_name"] = call.model
-                step["metrics"] = _drop_none(
+                metrics = _drop_none(
                     {
                         "prompt_tokens": call.prompt_tokens,
                         "completion_tokens": call.completion_tokens,
-                        "latency_ms": call.latency_ms,
                     }
                 )
+                if call.latency_ms is not None:
+                    metrics["extra"] = {"latency_ms": call.latency_ms}
+                step["metrics"] = metrics
         steps.append(_drop_none(step))
     final: dict[str, Any] = {"total_steps": len(steps)}
     if calls:
         final["total_prompt_tokens"] = sum(c.prompt_tokens or 0 for c in calls)
         final["total_completion_tokens"] = sum(c.completion_tokens or 0 for c in calls)
-        final["total_policy_calls"] = len(calls)
+        final["extra"] = {"total_policy_calls": len(calls)}
     return {
         "schema_version": ATIF_VERSION,
         "session_id": rollout_id,
@@ -76,6 +88,22 @@ def build_trajectory(
         "final_metrics": final,
         "extra": {"osmosis": dict(osmosis)},
     }
+
+
+def conformant_metrics(metrics: Any, allowed: frozenset[str]) -> Any:
+    """`metrics` with the keys ATIF does not define (not in `allowed`) moved into its
+    `extra`; the same object when there are none.
+
+    conformant_metrics({"prompt_tokens": 3, "latency_ms": 1.5}, ATIF_STEP_METRICS)
+    # {"prompt_tokens": 3, "extra": {"latency_ms": 1.5}}
+    """
+    if not isinstance(metrics, Mapping) or all(key in allowed for key in metrics):
+        return metrics
+    kept = {k: v for k, v in metrics.items() if k in allowed}
+    moved = {k: v for k, v in metrics.items() if k not in allowed}
+    extra = metrics.get("extra")
+    kept["extra"] = {**(extra if isinstance(extra, Mapping) else {}), **moved}
+    return kept
 
 
 def write_trajectory(path: Path, document: Mapping[str, Any]) -> None:

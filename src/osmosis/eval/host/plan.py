@@ -130,6 +130,11 @@ class RunOptions:
     sample_seed: int | None = None
     """The random sample's seed when the run has none recorded yet: a platform replay takes
     the rows its source run took (the record is keyed by row)."""
+    official_trials: bool = True
+    """Fill `rollout_trials/<rollout_id>/` with links to each attempt's trajectory and
+    artifacts, as the official `eval upload` reads a run directory. The platform's run
+    directories are never uploaded that way (`rollout_trials/` is their scratch): it passes
+    False."""
 
 
 @dataclass(frozen=True)

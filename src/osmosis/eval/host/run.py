@@ -140,6 +140,7 @@ async def run_evaluation(
         fresh=plan.options.fresh,
         redactor=redactor,
         artifact_limits=plan.options.artifact_limits or DEFAULT_ARTIFACT_LIMITS,
+        official_trials=plan.options.official_trials,
     )
     with run:
         # Duration is active time: a resumed run adds this invocation to the earlier ones'

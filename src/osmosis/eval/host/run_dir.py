@@ -7,7 +7,8 @@
                                                official `eval upload`, links to the two below,
                                                on a thread of their own: complete once the
                                                directory is closed, so after a crash the last
-                                               attempts' may be missing)
+                                               attempts' may be missing; none on the platform,
+                                               `official_trials=False`)
       trajectories/row_<r>_run_<k>.json        artifacts/row_<r>_run_<k>/...
 
 Every finished attempt is appended to `events.jsonl` and fsynced before it counts; a resume
@@ -112,8 +113,10 @@ class RunDirectory:
         slots: Slots,
         redactor: Redactor | None = None,
         artifact_limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+        official_trials: bool = True,
     ) -> None:
         self.path = path
+        self.official_trials = official_trials
         self.name = path.name
         self.slots = slots
         self.redactor = redactor or Redactor()
@@ -151,9 +154,18 @@ class RunDirectory:
         fresh: bool = False,
         redactor: Redactor | None = None,
         artifact_limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+        official_trials: bool = True,
     ) -> RunDirectory:
-        """Create the run, or resume it if its resolved inputs are unchanged."""
-        run = cls(path, slots=slots, redactor=redactor, artifact_limits=artifact_limits)
+        """Create the run, or resume it if its resolved inputs are unchanged.
+        `official_trials`: fill `rollout_trials/` for the official `eval upload` (the module
+        doc); the platform's run directories go without."""
+        run = cls(
+            path,
+            slots=slots,
+            redactor=redactor,
+            artifact_limits=artifact_limits,
+            official_trials=official_trials,
+        )
         run._acquire_lock()
         try:
             if fresh and path.exists():
@@ -282,8 +294,15 @@ class RunDirectory:
             if not self._clean(data.decode()):  # a secret in it: redact it as data
                 document = self.redactor.redact_obj(document)
                 data = dumps(document, default=str)
+            path = self.path / "trajectories" / f"{stem}.json"
+            slot = self._slot(record)
+            if self.official_trials and slot is not None and self._offsets[slot] >= 0:
+                # A slot recorded again (a retry): the earlier attempt's rollout_trials/
+                # entry is a link to this file, and keeps its own bytes.
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             # No fsync of its own: the journal's fsync is the commit point (module doc).
-            write_bytes_in_place(self.path / "trajectories" / f"{stem}.json", data)
+            write_bytes_in_place(path, data)
         if attempt.trial_dir is not None:
             self._scrub_trial(attempt.trial_dir)
             source, dest = attempt.trial_dir / "artifacts", self.path / "artifacts" / stem
@@ -298,12 +317,13 @@ class RunDirectory:
                 copied.skipped[:0] = skipped
             if (note := copied.summary()) is not None:
                 self.log(f"artifacts of {stem}: {note}")
-        self._mirror(
-            record,
-            trajectory=self.path / "trajectories" / f"{stem}.json",
-            document=document,
-            artifacts=self.path / "artifacts" / stem if attempt.trial_dir is not None else None,
-        )
+        if self.official_trials:
+            self._mirror(
+                record,
+                trajectory=self.path / "trajectories" / f"{stem}.json",
+                document=document,
+                artifacts=self.path / "artifacts" / stem if attempt.trial_dir is not None else None,
+            )
         line = dumps(journal_entry(record)) + b"\n"
         with self._journal_lock:
             assert self._journal is not None

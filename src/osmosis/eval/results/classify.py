@@ -12,7 +12,7 @@ per-call tokens, cost and latency are the authoritative accounting.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,12 @@ from osmosis.eval.sites.api import (
 )
 from osmosis.rollout.grader import MAX_EXPLANATION_CHARS, REWARD_EXPLANATION
 from osmosis.rollout.protocol import RolloutResultResponse
-from osmosis.rollout.trajectory import build_trajectory
+from osmosis.rollout.trajectory import (
+    ATIF_FINAL_METRICS,
+    ATIF_STEP_METRICS,
+    build_trajectory,
+    conformant_metrics,
+)
 from osmosis.rollout.types import RolloutStatus
 
 
@@ -143,25 +148,31 @@ def enrich_trajectory(
                             ("prompt_tokens", call.prompt_tokens),
                             ("completion_tokens", call.completion_tokens),
                             ("cost_usd", call.cost_usd),
-                            ("latency_ms", round(call.latency_ms, 3)),
                         )
                         if value is not None
                     }
                 )
+                metrics["extra"] = {**_mapping(metrics.get("extra")),
+                                    "latency_ms": round(call.latency_ms, 3)}  # fmt: skip
                 step["metrics"] = metrics
                 if call.model:
                     step["model_name"] = call.model
                 del remaining[index]
                 break
-    final = dict(document.get("final_metrics") or {})
+    # Written ATIF-conformant here, where it is made: the run's copy for the official
+    # `eval upload` (`rollout_trials/`) is then a hard link, not a second document.
+    for step in document.get("steps", []):
+        if isinstance(step, dict) and "metrics" in step:
+            step["metrics"] = conformant_metrics(step["metrics"], ATIF_STEP_METRICS)
+    final = dict(_mapping(document.get("final_metrics")))
     final.update(
         total_prompt_tokens=record.prompt_tokens or 0,
         total_completion_tokens=record.completion_tokens or 0,
-        total_policy_calls=len(calls),
     )
+    final["extra"] = {**_mapping(final.get("extra")), "total_policy_calls": len(calls)}
     if record.cost_usd is not None:
         final["total_cost_usd"] = record.cost_usd
-    document["final_metrics"] = final
+    document["final_metrics"] = conformant_metrics(final, ATIF_FINAL_METRICS)
     osmosis = document.setdefault("extra", {}).setdefault("osmosis", {})
     osmosis.update(
         row_index=record.row_index,
@@ -181,6 +192,10 @@ def enrich_trajectory(
         ],
     )
     return document
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 __all__ = ["attempt_trajectory", "classify", "enrich_trajectory"]

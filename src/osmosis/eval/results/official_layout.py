@@ -40,6 +40,7 @@ from osmosis.eval.inputs.dataset_formats import sha256_file
 from osmosis.eval.results.metrics import summarize
 from osmosis.eval.results.records import AttemptRecord, index_row, journal_entry
 from osmosis.eval.results.run_export import ExportFile
+from osmosis.rollout.trajectory import ATIF_FINAL_METRICS, ATIF_STEP_METRICS, conformant_metrics
 from osmosis.vocabulary import DEFAULT_PASS_THRESHOLD
 
 __all__ = [
@@ -350,42 +351,34 @@ def check(path: Path) -> list[str]:
 
 
 # -- our run directory, readable by the official `eval upload` -------------------------------
-# ATIF's metric objects forbid unknown keys; ours add the bridge's per-call figures, which move
-# into each object's `extra` for the copy the official client validates.
-_ATIF_METRICS: Final = frozenset(
-    {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "prompt_token_ids",
-     "completion_token_ids", "logprobs", "extra"}
-)  # fmt: skip
-_ATIF_FINAL_METRICS: Final = frozenset(
-    {"total_prompt_tokens", "total_completion_tokens", "total_cached_tokens", "total_cost_usd",
-     "total_steps", "extra"}
-)  # fmt: skip
-
-
-def _into_extra(metrics: object, allowed: frozenset[str]) -> object:
-    if not isinstance(metrics, Mapping) or set(metrics) <= allowed:
-        return metrics
-    kept = {k: v for k, v in metrics.items() if k in allowed}
-    moved = {k: v for k, v in metrics.items() if k not in allowed}
-    kept["extra"] = {**_obj(metrics.get("extra")), **moved}
-    return kept
-
-
-def atif_conformant(document: Mapping[str, Any]) -> dict[str, Any]:
+def atif_conformant(document: Mapping[str, Any]) -> Mapping[str, Any]:
     """`document` with the keys ATIF does not define moved into `extra` (the official client
-    validates trajectories strictly); the same document when there are none."""
+    validates trajectories strictly); `document` itself when there are none, as in what the
+    engine writes (`classify.enrich_trajectory` writes them conformant)."""
     steps = document.get("steps")
-    fixed: dict[str, Any] = dict(document)
+    fixed_steps = steps
     if isinstance(steps, list):
-        fixed["steps"] = [
-            {**step, "metrics": _into_extra(step["metrics"], _ATIF_METRICS)}
-            if isinstance(step, Mapping) and "metrics" in step
+        fixed = [
+            {**step, "metrics": metrics}
+            if isinstance(step, Mapping)
+            and "metrics" in step
+            and (metrics := conformant_metrics(step["metrics"], ATIF_STEP_METRICS))
+            is not step["metrics"]
             else step
             for step in steps
         ]
-    if "final_metrics" in document:
-        fixed["final_metrics"] = _into_extra(document["final_metrics"], _ATIF_FINAL_METRICS)
-    return fixed
+        if any(new is not old for new, old in zip(fixed, steps, strict=True)):
+            fixed_steps = fixed
+    final = document.get("final_metrics")
+    fixed_final = conformant_metrics(final, ATIF_FINAL_METRICS) if final is not None else None
+    if fixed_steps is steps and fixed_final is final:
+        return document
+    changed = dict(document)
+    if fixed_steps is not steps:
+        changed["steps"] = fixed_steps
+    if fixed_final is not final:
+        changed["final_metrics"] = fixed_final
+    return changed
 
 
 def mirror_trial(
@@ -409,13 +402,17 @@ def mirror_trial(
     name = record.trajectory_filename
     if document is not None and name and _TRAJECTORY.fullmatch(name):
         target = trial / name
-        partial = trial / f".{name}.partial"
-        partial.unlink(missing_ok=True)
-        if (fixed := atif_conformant(document)) != document:
-            partial.write_text(json.dumps(fixed, default=str), encoding="utf-8")
-        else:
-            _link(trajectory, partial)
-        os.replace(partial, target)
+        fixed = atif_conformant(document)
+        # The common case is one link and no document written: the engine writes its
+        # trajectories conformant, and the rollout left nothing at `target`.
+        if fixed is not document or not _linked(trajectory, target):
+            partial = trial / f".{name}.partial"
+            partial.unlink(missing_ok=True)
+            if fixed is not document:
+                partial.write_text(json.dumps(fixed, default=str), encoding="utf-8")
+            else:
+                _link(trajectory, partial)
+            os.replace(partial, target)
     if artifacts is not None and artifacts.is_dir():
         mirrored = trial / "artifacts"
         if mirrored.is_symlink() or mirrored.is_file():
@@ -424,6 +421,16 @@ def mirror_trial(
         for file in _walk(artifacts):
             if file.is_file() and not file.is_symlink():
                 _link(file, mirrored / file.relative_to(artifacts))
+
+
+def _linked(source: Path, destination: Path) -> bool:
+    """Hard-link `source` at `destination` when nothing is there yet; False when something is
+    (what the rollout wrote: replaced through a temporary name) or links are refused."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        return False
+    return True
 
 
 # -- into our layout ---------------------------------------------------------------------------

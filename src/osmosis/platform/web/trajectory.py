@@ -160,7 +160,10 @@ def conversation(document: dict[str, Any]) -> Conversation:
                 metrics=CallMetrics(
                     prompt_tokens=_count(metrics.get("prompt_tokens")),
                     completion_tokens=_count(metrics.get("completion_tokens")),
-                    latency_ms=_number(metrics.get("latency_ms")),
+                    # ATIF keeps it in `extra` (ours since issue 30); older ones beside.
+                    latency_ms=_number(
+                        metrics.get("latency_ms", _mapping(metrics.get("extra")).get("latency_ms"))
+                    ),
                     cost_usd=_number(metrics.get("cost_usd")),
                 ),
             )

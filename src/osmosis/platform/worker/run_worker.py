@@ -442,6 +442,7 @@ class _Worker:
             environ=environ,
             env_cache=self.settings.home / "envs",
             env_scope=f"workspace:{run.workspace_id}",  # venvs never shared across workspaces
+            official_trials=False,  # never uploaded by the official CLI: no rollout_trials/ links
             # Without `limit` the platform samples 10 % of the rows; a local `eval run` takes
             # them all (the reference's two defaults).
             sample_fraction=SAMPLE_FRACTION,

@@ -267,3 +267,35 @@ def test_redacting_a_trial_file_never_writes_through_a_link_the_rollout_planted(
     assert victim.read_bytes() == b"the platform's key"
     scrubbed = json.loads((trial / "trajectory.json").read_text())
     assert scrubbed == {"steps": [{"message": "[REDACTED]"}]}
+
+
+def _with_trajectory(finished, steps):
+    record = finished.record.model_copy(update={"trajectory_filename": "trajectory.json"})
+    return replace(finished, record=record, trajectory={"schema_version": "ATIF-v1.7",
+                                                        "steps": steps})  # fmt: skip
+
+
+def test_rollout_trials_link_each_trajectory_and_a_retry_keeps_the_earlier_ones_bytes(tmp_path):
+    path = tmp_path / "evals" / "r1"
+    first, again = "a" * 32, "b" * 32
+    with open_run(path) as run:
+        run.record(_with_trajectory(attempt(1, 0, status="failed", rollout_id=first),
+                                    [{"step_id": 1, "message": "first"}]))  # fmt: skip
+        kept = path / "trajectories" / "row_1_run_0.json"
+        mirrored = path / "rollout_trials" / first / "trajectory.json"
+        # A link to the run's own copy, not a second document (issue 30).
+        assert mirrored.stat().st_ino == kept.stat().st_ino
+        run.record(_with_trajectory(attempt(1, 0, rollout_id=again),
+                                    [{"step_id": 1, "message": "again"}]))  # fmt: skip
+    assert json.loads(kept.read_text())["steps"][0]["message"] == "again"
+    assert json.loads(mirrored.read_text())["steps"][0]["message"] == "first"
+    retried = path / "rollout_trials" / again / "trajectory.json"
+    assert retried.stat().st_ino == kept.stat().st_ino
+
+
+def test_a_run_directory_without_official_trials_writes_no_rollout_trials(tmp_path):
+    path = tmp_path / "evals" / "r1"
+    with open_run(path, official_trials=False) as run:
+        run.record(_with_trajectory(attempt(0, 0), [{"step_id": 1, "message": "hi"}]))
+    assert (path / "trajectories" / "row_0_run_0.json").is_file()
+    assert not (path / "rollout_trials").exists()

@@ -5,16 +5,22 @@ itself runs against these in tests/platform/test_official_run_layout.py.)"""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 from osmosis.eval.host.plan import _selection_digest
 from osmosis.eval.inputs.dataset_select import Selection
 from osmosis.eval.results import official_layout
+from osmosis.eval.results.classify import enrich_trajectory
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.eval.results.run_export import verify_run_dir
+from osmosis.rollout.context import PolicyCall
+from osmosis.rollout.trajectory import build_trajectory
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
+INTEROP_PYTHON = Path(__file__).resolve().parents[4] / ".venv-interop" / "bin" / "python"
 ROWS = [
     {"row_index": 0, "run_index": 0, "rollout_id": A, "trajectory_filename": "trajectory.json",
      "status": "success", "reward": 1.0, "tokens": 7, "duration_ms": 5.0},
@@ -149,3 +155,44 @@ def test_a_trial_directory_the_rollout_made_a_link_is_never_written_through(tmp_
                            finished_at=datetime.now(UTC))  # fmt: skip
     official_layout.mirror_trial(run, record, trajectory=trajectory, document={}, artifacts=None)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_engines_trajectory_is_atif_valid_as_written_and_mirrored_as_a_link(tmp_path):
+    answer = {"role": "assistant", "content": "4"}
+    rollout_side = build_trajectory(
+        rollout_id=A,
+        messages=[{"role": "user", "content": "2 + 2?"}, answer],
+        calls=[PolicyCall(request_messages=[], response_message=answer, model="m",
+                          prompt_tokens=3, completion_tokens=1, latency_ms=2.5)],
+        agent_version="1.0",
+        osmosis={},
+    )  # fmt: skip
+    bridge_call = SimpleNamespace(prompt_tokens=3, completion_tokens=1, cost_usd=0.01,
+                                  latency_ms=2.5, model="m", status_code=200,
+                                  response_message=answer)  # fmt: skip
+    record = AttemptRecord(row_index=0, run_index=0, rollout_id=A, source_row_index=0,
+                           status="success", reward=1.0, duration_ms=1.0, prompt_tokens=3,
+                           completion_tokens=1, cost_usd=0.01,
+                           trajectory_filename="trajectory.json",
+                           finished_at=datetime.now(UTC))  # fmt: skip
+    document = enrich_trajectory(rollout_side, [bridge_call], record)
+    agent = document["steps"][1]
+    assert agent["metrics"] == {"prompt_tokens": 3, "completion_tokens": 1, "cost_usd": 0.01,
+                                "extra": {"latency_ms": 2.5}}  # fmt: skip
+    assert document["final_metrics"]["extra"] == {"total_policy_calls": 1}
+    assert official_layout.atif_conformant(document) is document
+    # The official client's own ATIF model (extra="forbid") accepts it as written.
+    checked = subprocess.run(
+        [str(INTEROP_PYTHON), "-c", "import sys\n"
+         "from osmosis_ai.rollout.trajectory.atif import Trajectory\n"
+         "Trajectory.model_validate_json(sys.stdin.read())"],
+        input=json.dumps(document), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    trajectory = tmp_path / "run" / "trajectories" / "row_0_run_0.json"
+    trajectory.parent.mkdir(parents=True)
+    trajectory.write_text(json.dumps(document))
+    official_layout.mirror_trial(tmp_path / "run", record, trajectory=trajectory,
+                                 document=document, artifacts=None)  # fmt: skip
+    mirrored = tmp_path / "run" / "rollout_trials" / A / "trajectory.json"
+    assert mirrored.stat().st_ino == trajectory.stat().st_ino
