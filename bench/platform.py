@@ -1,13 +1,22 @@
-"""Attempts/s of an evaluation run on the platform versus `osmosis eval run`, same workload.
+"""Attempts/s and wall time of an evaluation run on the platform versus `osmosis eval run`.
 
-    .venv/bin/python bench/platform.py [--attempts 1000] [--concurrency 64]
+    .venv/bin/python bench/platform.py [--cases dispatch,wall] [--attempts 1000]
+                                       [--wall-rows 500] [--concurrency 64] [--repeat 1]
 
-Both runs use the same workspace, config (batch_size = concurrency), dataset and scripted
-model (zero latency), measured in this one invocation. Throughput is taken from each run's own
-journal (`events.jsonl` `finished_at` stamps), so start-up (server, clone, venv, rollout server)
-is left out of both alike. Target: platform / local >= 0.9 (issue 30). The platform's rollout
-server runs in the sandbox (its default), `eval run`'s does not: the sandbox's per-attempt
-accounting is part of the platform's figure. The load average is printed: 2 shared cores.
+Both sides use the same workspace, config (batch_size = concurrency), dataset and scripted
+model (zero latency), measured in this one invocation, one after the other, `--repeat` times
+(alternating, so the neighbours' load falls on both alike; medians with the range):
+
+  dispatch  attempts/s of an `--attempts`-row run, from each run's own journal
+            (`events.jsonl` `finished_at` stamps): start-up (server, clone, venv, rollout
+            server) is left out of both alike. Target: platform / local >= 0.9 (issue 30).
+  wall      the wall time of a `--wall-rows`-row run with its environment cached: `eval run`'s
+            whole command against `eval submit` → the run finished (its `completed_at`).
+            Target: platform / local <= 1.3 (issue 30).
+
+The platform's rollout server runs in the sandbox (its default), `eval run`'s does not: the
+sandbox's per-attempt accounting is part of the platform's figure. The load average is
+printed: 2 shared cores.
 """
 
 from __future__ import annotations
@@ -24,9 +33,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from datetime import datetime  # noqa: E402
 
 from osmosis.client import PlatformClient  # noqa: E402
@@ -54,24 +65,27 @@ def git(*args: str, cwd: Path) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_workspace(root: Path, attempts: int, concurrency: int) -> Path:
-    """A pushed git workspace: the engine bench's one-call rollout, `attempts` rows."""
+def make_workspace(root: Path, attempts: int, concurrency: int, wall_rows: int = 0) -> Path:
+    """A pushed git workspace: the engine bench's one-call rollout, `attempts` rows;
+    `configs/eval/bench.toml` runs them all, `wall.toml` the first `wall_rows` (when > 0)."""
     tree = root / "workspace"
     (tree / "rollouts" / "bench").mkdir(parents=True)
     (tree / "configs" / "eval").mkdir(parents=True)
     (tree / "data").mkdir()
     (tree / "rollouts" / "bench" / "main.py").write_text(ROLLOUT)
     with (tree / "data" / "bench.jsonl").open("w") as handle:
-        for index in range(attempts):
+        for index in range(max(attempts, wall_rows)):
             a, b = index % 97 + 2, index % 89 + 3
             row = {"user_prompt": f"What is {a} * {b}?", "ground_truth": str(a * b)}
             handle.write(json.dumps(row) + "\n")
-    (tree / "configs" / "eval" / "bench.toml").write_text(
-        '[experiment]\nrollout = "bench"\nentrypoint = "main.py"\n'
-        'model_path = "openai/fake-model"\ndataset = "bench"\n\n'
-        f"[evaluation]\nlimit = {attempts}\nbatch_size = {concurrency}\n"
-        "agent_workflow_timeout_s = 120\ngrader_timeout_s = 30\n\n[secrets]\nrequired = []\n"
-    )
+    configs = {"bench": attempts, **({"wall": wall_rows} if wall_rows > 0 else {})}
+    for config, limit in configs.items():
+        (tree / "configs" / "eval" / f"{config}.toml").write_text(
+            '[experiment]\nrollout = "bench"\nentrypoint = "main.py"\n'
+            'model_path = "openai/fake-model"\ndataset = "bench"\n\n'
+            f"[evaluation]\nlimit = {limit}\nbatch_size = {concurrency}\n"
+            "agent_workflow_timeout_s = 120\ngrader_timeout_s = 30\n\n[secrets]\nrequired = []\n"
+        )
     origin = root / "origin.git"
     git("init", "-q", "--bare", "-b", "main", str(origin), cwd=root)
     git("init", "-q", "-b", "main", cwd=tree)
@@ -82,52 +96,102 @@ def make_workspace(root: Path, attempts: int, concurrency: int) -> Path:
     return tree
 
 
-def throughput(journal: Path) -> tuple[int, float]:
-    stamps = sorted(
-        datetime.fromisoformat(json.loads(line)["finished_at"])
+def stamps(journal: Path) -> list[float]:
+    """When each attempt was recorded (epoch seconds), in order."""
+    return sorted(
+        datetime.fromisoformat(json.loads(line)["finished_at"]).timestamp()
         for line in journal.read_text().splitlines()
     )
-    span = (stamps[-1] - stamps[0]).total_seconds()
-    return len(stamps), (len(stamps) - 1) / span if span > 0 else float("nan")
 
 
-def local_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
-    out = osmosis("--json", "eval", "run", "configs/eval/bench.toml", "--name", "local", "-y",
+def throughput(journal: Path) -> tuple[int, float]:
+    ends = stamps(journal)
+    span = ends[-1] - ends[0]
+    return len(ends), (len(ends) - 1) / span if span > 0 else float("nan")
+
+
+@dataclass
+class Run:
+    """One run of either side: its attempts, their rate, its whole wall time, pass rate."""
+
+    attempts: int
+    rate: float
+    wall_s: float
+    pass_rate: float | None
+    phases: dict[str, float]
+    """Where the wall time went, in order (seconds)."""
+
+
+def local_run(tree: Path, env: dict[str, str], *, config: str, name: str) -> Run:
+    began = time.time()
+    out = osmosis("--json", "eval", "run", f"configs/eval/{config}.toml", "--name", name, "-y",
                   cwd=tree, env=env)  # fmt: skip
-    attempts, rate = throughput(tree / ".osmosis" / "evals" / "local" / "events.jsonl")
-    return attempts, rate, json.loads(out)["resource"]["metrics"]
+    ended = time.time()
+    journal = tree / ".osmosis" / "evals" / name / "events.jsonl"
+    attempts, rate = throughput(journal)
+    ends = stamps(journal)
+    phases = {"to first record": ends[0] - began, "attempts": ends[-1] - ends[0],
+              "to exit": ended - ends[-1]}  # fmt: skip
+    metrics = json.loads(out)["resource"]["metrics"]
+    return Run(attempts, rate, ended - began, metrics["pass_rate"], phases)
 
 
-def platform_run(tree: Path, env: dict[str, str]) -> tuple[int, float, dict]:
-    osmosis("dataset", "upload", "data/bench.jsonl", "-y", cwd=tree, env=env)
+def platform_run(tree: Path, env: dict[str, str], client: PlatformClient, *, config: str) -> Run:
+    began = time.time()
     submitted = json.loads(
-        osmosis("--json", "eval", "submit", "configs/eval/bench.toml", "-y", cwd=tree, env=env)
+        osmosis("--json", "eval", "submit", f"configs/eval/{config}.toml", "-y", cwd=tree, env=env)
     )
+    submit_s = time.time() - began
     name = submitted["resource"]["name"]
-    # Polled through the typed client in this process: a CLI process per poll would take
-    # CPU from the run being measured on a small machine.
-    credentials = json.loads((Path(env["OSMOSIS_HOME"]) / "credentials.json").read_text())
-    with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
-        while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_RUN_STATUSES:
-            time.sleep(1.0)
+    # Polled through the typed client in this process, seldom: a CLI process per poll would
+    # take CPU from the run being measured on a small machine. The wall time is the run's own
+    # `completed_at` (the server's clock: this machine's), not the poll's.
+    while (detail := client.runs.get(name)).eval_run.status not in TERMINAL_RUN_STATUSES:
+        time.sleep(1.0)
     if detail.eval_run.status != "finished":
         raise SystemExit(
             f"platform run {name} ended {detail.eval_run.status}: {detail.eval_run.error}"
         )
     assert detail.metrics is not None
+    completed = detail.eval_run.completed_at
+    ended = completed.timestamp() if completed is not None else time.time()
     journal = Path(env["OSMOSIS_HOME"]) / "runs" / detail.eval_run.id / "events.jsonl"
     attempts, rate = throughput(journal)
-    return attempts, rate, detail.metrics["summary"]
+    ends = stamps(journal)
+    started = detail.eval_run.started_at
+    claimed = started.timestamp() if started is not None else began + submit_s
+    phases = {"submit command": submit_s, "to claim": claimed - began - submit_s,
+              "to first record": ends[0] - claimed, "attempts": ends[-1] - ends[0],
+              "to finished": ended - ends[-1]}  # fmt: skip
+    return Run(attempts, rate, ended - began, detail.metrics["summary"]["pass_rate"], phases)
+
+
+def figure(values: list[float], unit: str = "") -> str:
+    """The median, with the range when there are several."""
+    middle = f"{statistics.median(values):.2f}{unit}"
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="dispatch,wall", help="dispatch, wall or both")
     parser.add_argument("--attempts", type=int, default=1000)
+    parser.add_argument("--wall-rows", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each side, alternating")
     args = parser.parse_args()
+    cases = [case.strip() for case in args.cases.split(",") if case.strip()]
+    unknown = sorted(set(cases) - {"dispatch", "wall"})
+    if unknown or not cases:
+        parser.error(f"--cases: unknown {', '.join(unknown) or '(none)'}; use dispatch, wall")
+    if args.repeat < 1 or args.attempts < 2 or args.wall_rows < 1:
+        parser.error("--repeat and --wall-rows must be >= 1, --attempts >= 2")
+    runs: dict[tuple[str, str], list[Run]] = {}
     with FakeModelServer() as model, tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
-        tree = make_workspace(root, args.attempts, args.concurrency)
+        tree = make_workspace(root, args.attempts, args.concurrency, args.wall_rows)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
         env.update(
             OPENAI_API_BASE=model.base_url,
@@ -135,19 +199,54 @@ def main() -> None:
             OSMOSIS_HOME=str(root / "home"),
             OSMOSIS_CONFIG_DIR=str(root / "config"),
         )
-        local_attempts, local_rate, local_metrics = local_run(tree, env)
         osmosis("server", "start", "--detach", "--port", str(free_port()), cwd=root, env=env)
         try:
-            remote_attempts, remote_rate, remote_metrics = platform_run(tree, env)
+            osmosis("dataset", "upload", "data/bench.jsonl", "-y", cwd=tree, env=env)
+            credentials = json.loads((root / "home" / "credentials.json").read_text())
+            with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
+                # Wall times are taken with each side's environment built: the dispatch
+                # case's first runs build them, or else one untimed run of each does.
+                plan = cases if "dispatch" in cases else ["warm", *cases]
+                for index in range(args.repeat):
+                    for case in plan if index == 0 else cases:
+                        config = "wall" if case != "dispatch" else "bench"
+                        name = f"{case}-{index}"
+                        here = local_run(tree, env, config=config, name=name)
+                        there = platform_run(tree, env, client, config=config)
+                        runs.setdefault((case, "local"), []).append(here)
+                        runs.setdefault((case, "platform"), []).append(there)
         finally:
             osmosis("server", "stop", cwd=root, env=env)
-    print(f"{args.attempts} attempts, concurrency {args.concurrency}, scripted model, 0 latency")
-    print(f"{'osmosis eval run attempts/s':<40}{local_rate:>10.1f}   ({local_attempts} attempts)")
-    print(f"{'platform run attempts/s':<40}{remote_rate:>10.1f}   ({remote_attempts} attempts)")
-    print(f"{'platform / local':<40}{remote_rate / local_rate:>10.2f}   (target >= 0.90)")
-    same = local_metrics["pass_rate"] == remote_metrics["pass_rate"]
-    print(f"{'same pass rate':<40}{same!s:>10}")
-    print(f"{'load average at the end (2 cores)':<40}{os.getloadavg()[0]:>10.2f}")
+    print(f"scripted model, 0 latency, concurrency {args.concurrency}, {args.repeat} run(s) each")
+    if "dispatch" in cases:
+        local, remote = runs["dispatch", "local"], runs["dispatch", "platform"]
+        ratios = [b.rate / a.rate for a, b in zip(local, remote, strict=True)]
+        print(f"dispatch: {args.attempts} attempts")
+        print(f"  {'osmosis eval run attempts/s':<38}{figure([r.rate for r in local]):>22}")
+        print(f"  {'platform run attempts/s':<38}{figure([r.rate for r in remote]):>22}")
+        print(f"  {'platform / local':<38}{figure(ratios, 'x'):>22}   (target >= 0.90)")
+        same = {r.pass_rate for r in local + remote}
+        print(f"  {'same pass rate':<38}{len(same) == 1!s:>22}")
+    if "wall" in cases:
+        local, remote = runs["wall", "local"], runs["wall", "platform"]
+        ratios = [b.wall_s / a.wall_s for a, b in zip(local, remote, strict=True)]
+        print(f"wall: {args.wall_rows} rows, environment cached")
+        whole = figure([r.wall_s for r in local], " s")
+        print(f"  {'osmosis eval run, whole command':<38}{whole:>22}")
+        print(
+            f"  {'platform, submit -> finished':<38}{figure([r.wall_s for r in remote], ' s'):>22}"
+        )
+        print(f"  {'platform / local':<38}{figure(ratios, 'x'):>22}   (target <= 1.30)")
+        for side, measured in (("eval run", local), ("platform", remote)):
+            names = measured[0].phases
+            split = ", ".join(
+                f"{name} {statistics.median(r.phases[name] for r in measured):.2f}"
+                for name in names
+            )
+            print(f"    {side} phases (s): {split}")
+        same_runs = {(r.attempts, r.pass_rate) for r in local + remote}
+        print(f"  {'same attempts and pass rate':<38}{len(same_runs) == 1!s:>22}")
+    print(f"{'load average at the end (2 cores)':<40}{os.getloadavg()[0]:>20.2f}")
 
 
 if __name__ == "__main__":

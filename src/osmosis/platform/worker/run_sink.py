@@ -8,18 +8,20 @@
 The journal (`events.jsonl`, fsynced by the engine) stays the authority: the engine writes a
 record there before it reports it here, so the database can only lag behind it, and a resync
 at start catches up. Records are buffered and written from a thread in batches (every 0.25 s
-or 100 records), so the database never slows the engine.
+or 100 records), so the database never slows the engine; a record that arrives after a quiet
+spell (nothing written for 0.25 s: a run's first attempt) is written at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, case, cast, delete, func, select, update
+from sqlalchemy import Float, case, cast, delete, func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.results.records import AttemptRecord
@@ -36,13 +38,20 @@ class AttemptSink:
     """A `Reporter` for `run_evaluation` that records attempts in the database."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], *, run_id: str, pass_threshold: float
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        run_id: str,
+        pass_threshold: float,
+        flush_interval: float = FLUSH_INTERVAL_SEC,
     ) -> None:
         self._sessions = sessions
         self.run_id = run_id
         self.pass_threshold = pass_threshold
+        self._interval = flush_interval
         self._buffer: list[AttemptRecord] = []
         self._full = asyncio.Event()
+        self._quiet_from = 0.0  # monotonic: from then on, a new record is written at once
         # The write under way: its thread goes on when the flush awaiting it is cancelled
         # (the run ended meanwhile), and the run must not be called over before it commits.
         self._writing: asyncio.Future[None] | None = None
@@ -56,7 +65,8 @@ class AttemptSink:
 
     def advance(self, record: AttemptRecord) -> None:
         self._buffer.append(record)
-        if len(self._buffer) >= FLUSH_BATCH:
+        # After a quiet spell (a run's first attempt) the API shows it now, not a tick later.
+        if len(self._buffer) >= FLUSH_BATCH or time.monotonic() >= self._quiet_from:
             self._full.set()
 
     def log_line(self, line: str) -> None:
@@ -74,12 +84,23 @@ class AttemptSink:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            await asyncio.shield(self.flush())
+            await asyncio.shield(self._last_flush())
+
+    async def _last_flush(self) -> None:
+        await self.flush()
+        # The counters, recounted once from every attempt: exact, as a resync leaves them
+        # (the flushes before only added what each batch changed).
+        await asyncio.to_thread(self._recount)
+
+    def _recount(self) -> None:
+        with self._sessions() as db:
+            refresh_counters(db, run_id=self.run_id, pass_threshold=self.pass_threshold)
+            db.commit()
 
     async def _flush_forever(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), FLUSH_INTERVAL_SEC)
+                await asyncio.wait_for(self._full.wait(), self._interval)
             await self.flush()
 
     async def flush(self) -> None:
@@ -89,6 +110,7 @@ class AttemptSink:
         if not self._buffer:
             return
         batch, self._buffer = self._buffer, []
+        self._quiet_from = time.monotonic() + self._interval
         self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, batch))
         await self._written()
 
@@ -118,8 +140,11 @@ class AttemptSink:
 
     def _write(self, batch: list[AttemptRecord]) -> None:
         with self._sessions() as db:
-            _upsert(db, self.run_id, batch)
-            refresh_counters(db, run_id=self.run_id, pass_threshold=self.pass_threshold)
+            latest = {(r.row_index, r.run_index): r for r in batch}
+            # Counted by what the batch changes, not recounted from every attempt of the run
+            # at each flush (quadratic in the run's size; issue 30).
+            _advance_counters(db, self.run_id, self.pass_threshold, latest)
+            _upsert(db, self.run_id, list(latest.values()))
             db.commit()
 
 
@@ -151,6 +176,54 @@ def refresh_counters(db: Session, *, run_id: str, pass_threshold: float) -> None
             passed=passed or 0,
             avg_reward=float(mean) if mean is not None else None,
             tokens=tokens or 0,
+        )
+    )
+
+
+def _advance_counters(
+    db: Session,
+    run_id: str,
+    pass_threshold: float,
+    latest: dict[tuple[int, int], AttemptRecord],
+) -> None:
+    """Add what `latest` changes to the run's counters (before it is upserted): each record
+    counts, less the row it replaces (a retried attempt), read in the same transaction. The
+    mean reward moves by the change of its sum; `refresh_counters` recounts it exactly."""
+    earlier = select(EvalAttempt.status, EvalAttempt.reward, EvalAttempt.tokens).where(
+        EvalAttempt.run_id == run_id,
+        tuple_(EvalAttempt.row_index, EvalAttempt.run_index).in_(list(latest)),
+    )
+    replaced = db.connection().execute(earlier).all()
+    completed = len(latest) - len(replaced)
+    failed = skipped = graded = passed = tokens = 0
+    reward_sum = 0.0
+    for sign, status, reward, used in [
+        *((1, r.status, r.reward, r.tokens) for r in latest.values()),
+        *((-1, status, reward, used) for status, reward, used in replaced),
+    ]:
+        failed += sign * (status == "failed")
+        skipped += sign * (status == "skipped")
+        tokens += sign * (used or 0)
+        if status != "skipped" and reward is not None:  # graded, as `refresh_counters` says
+            graded += sign
+            passed += sign * bool(pass_clause(reward, pass_threshold))
+            reward_sum += sign * reward
+    was = func.coalesce(EvalRun.avg_reward, 0.0) * EvalRun.graded
+    db.connection().execute(  # no ORM synchronisation: no run object is loaded here
+        update(EvalRun)
+        .where(EvalRun.id == run_id)
+        .values(
+            completed=EvalRun.completed + completed,
+            failed=EvalRun.failed + failed,
+            skipped=EvalRun.skipped + skipped,
+            graded=EvalRun.graded + graded,
+            passed=EvalRun.passed + passed,
+            tokens=EvalRun.tokens + tokens,
+            # Every right-hand side reads the row as it was: `graded` is the old count here.
+            avg_reward=case(
+                (EvalRun.graded + graded > 0, (was + reward_sum) / (EvalRun.graded + graded)),
+                else_=None,
+            ),
         )
     )
 
@@ -208,7 +281,10 @@ def _upsert(db: Session, run_id: str, records: list[AttemptRecord]) -> None:
         for key in values[0]
         if key not in ("run_id", "row_index", "run_index")
     }
-    db.execute(
+    # On the session's connection, not through the session: the ORM's bulk insert splits the
+    # rows into a statement per run of rows with the same None columns (~15 per batch of
+    # 100 with mixed outcomes); the connection sends them as one executemany.
+    db.connection().execute(
         statement.on_conflict_do_update(
             index_elements=["run_id", "row_index", "run_index"], set_=replaced
         ),
