@@ -73,9 +73,6 @@ from osmosis.eval.sites.spawn import (
     rollout_launch,
     spawn,
 )
-from osmosis.eval.sites.spawn import (
-    _die_with_parent_hook as _die_with_parent_hook,  # the platform's scheduler imports it here
-)
 from osmosis.rollout.http1 import Http1Client, TransportFailed
 from osmosis.rollout.protocol import SHUTDOWN_HEADER
 

@@ -222,7 +222,7 @@ def spawn(launch: Launch, ready_write: int) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,  # one stream keeps tracebacks in order with the prints
             start_new_session=True,
             pass_fds=launch.pass_fds,
-            preexec_fn=_chain(_die_with_parent_hook(), launch.preexec),
+            preexec_fn=_chain(die_with_parent_hook(), launch.preexec),
         )
     finally:
         os.close(ready_write)  # the child's now: its end-of-file is the child's exit
@@ -268,7 +268,7 @@ def _signal_group(pgid: int, signum: signal.Signals) -> None:
 _prctl: Any = None
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
     """A `preexec_fn` asking the kernel to SIGKILL the child when its parent dies (Linux).
 
     libc is loaded here, in the parent: between fork and exec the child may only call what is
@@ -335,6 +335,7 @@ __all__ = [
     "Interpreter",
     "Launch",
     "child_environment",
+    "die_with_parent_hook",
     "forget",
     "kill",
     "ready_pipe",

@@ -69,9 +69,10 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-# The rollout process's parent-death hook serves the worker just as well.
-from osmosis.eval.sites.rollout_process import _die_with_parent_hook
 from osmosis.eval.sites.sandbox.disk import remove_stale
+
+# The rollout process's parent-death hook serves the worker just as well.
+from osmosis.eval.sites.spawn import die_with_parent_hook
 from osmosis.platform.core import notify
 from osmosis.platform.core.crypto import KEY_ENV
 from osmosis.platform.core.db.models import Workspace, utcnow
@@ -518,7 +519,7 @@ class Scheduler:
                 stderr=subprocess.STDOUT,
                 pass_fds=() if says is None else (says,),
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent_hook(),
                 # Owner-only files for the worker and all it starts (git, uv, the rollout),
                 # whatever umask the server was started with.
                 umask=PRIVATE_UMASK,
