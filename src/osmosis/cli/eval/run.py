@@ -144,6 +144,7 @@ def run_command(
     Exit codes: 0 finished (wrong answers included), 1 an error or an incomplete run, 3 below
     --min-pass-rate or --min-mean-reward, 5 every attempt errored, 130 interrupted."""
     from osmosis.cli import prestart
+    from osmosis.cli.eval.options import model_problems
     from osmosis.cli.eval.report import check_gate_options, conclude
     from osmosis.cli.output import CLIError, output
     from osmosis.eval.host.plan import (
@@ -200,8 +201,8 @@ def run_command(
         n=n,
         limit=limit,
     )
-    if model is not None and any(not m.strip() for m in model):
-        raise CLIError("--model must name a model, e.g. openai/gpt-5-mini")
+    if problems := model_problems(model):
+        raise CLIError("; ".join(problems), details={"problems": problems})
     if estimate:
         from osmosis.cli.eval.estimate import show_estimate
 
@@ -287,12 +288,9 @@ def _run_models(
     Every plan is made before anything runs, so a problem with any model stops them all."""
     from dataclasses import replace
 
-    from osmosis.cli.output import CLIError
     from osmosis.eval.host.run_name import default_run_name
 
     base = options.name or default_run_name(config)
-    if len(set(models)) != len(models):
-        raise CLIError("each --model once: the same model twice would share a run name")
     plans = [_plan(config, replace(options, model=m, name=f"{base}-{_slug(m)}")) for m in models]
     if out.mode.value == "rich":
         out.detail(

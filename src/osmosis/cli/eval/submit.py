@@ -483,11 +483,9 @@ def override_problems(
 ) -> list[str]:
     """What is wrong with the command line's overrides, all at once (as `eval run` checks
     them: a model that is named, once; numbers at least 1)."""
-    problems = []
-    if models is not None and any(not m.strip() for m in models):
-        problems.append("--model must name a model, e.g. openai/gpt-5-mini")
-    if models is not None and len(set(models)) != len(models):
-        problems.append("each --model once: the same model twice would submit the same run twice")
+    from osmosis.cli.eval.options import model_problems
+
+    problems = model_problems(models)
     for flag, value in (("-n", n), ("--limit", limit)):
         if value is not None and value < 1:
             problems.append(f"{flag} must be at least 1, got {value}")
