@@ -7,8 +7,9 @@ Routes: `GET /health`, `POST /rollout` (202 + lease; 429 at capacity; 409 duplic
 while shutting down; 422 invalid), `GET /rollout/{id}/result` (long-poll with the lease
 header; 403 wrong lease; 404 unknown), `POST /rollout/cancel` (`ids` | `prefix` | `all`).
 
-The two routes every attempt uses (`POST /rollout`, `GET /rollout/{id}/result`) are served
-before FastAPI's middleware, routing and validation layers: the body is validated once by
+The two routes every attempt uses (`POST /rollout`, `GET /rollout/{id}/result`), and the
+`GET /health` the engine waits on at every start, are served before FastAPI's middleware,
+routing and validation layers: the body is validated once by
 pydantic straight from its JSON bytes, and answers are written as ready bytes (a finished
 rollout's result is serialised once, when it finishes). Anything off the common path (a body
 that fails validation, a missing lease header, a missing bearer token, a mounted app, a
@@ -168,10 +169,9 @@ def create_rollout_server(
         app.add_middleware(_BearerAuth, api_key=api_key)
     app.add_exception_handler(RequestValidationError, _validation_error)
     own_middleware = len(app.user_middleware)
-    app.hot = _HotRoutes(service, api_key=api_key, own_middleware=own_middleware)
+    app.hot = hot = _HotRoutes(service, api_key=api_key, own_middleware=own_middleware)
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
+    def health_answer() -> tuple[dict[str, Any], dict[str, str]]:
         payload = dict(backend.health())
         payload.update(
             instance_id=instance_id,
@@ -185,7 +185,14 @@ def create_rollout_server(
         headers = {INSTANCE_HEADER: instance_id, SDK_VERSION_HEADER: __version__}
         if not has_shutdown_work():
             headers[SHUTDOWN_HEADER] = "none"
+        return payload, headers
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        payload, headers = health_answer()
         return JSONResponse(payload, headers=headers)
+
+    hot.health = health_answer
 
     def has_shutdown_work() -> bool:
         # Read when asked: the user may add handlers or middleware after this call. Rollouts
@@ -438,6 +445,11 @@ class _HotRoutes:
         self.service = service
         self.authorization = f"Bearer {api_key}".encode() if api_key is not None else None
         self.own_middleware = own_middleware
+        # `GET /health`'s document and headers (set by create_rollout_server). Served here
+        # too: FastAPI's first answer on a route reads its endpoint's source for error
+        # messages (inspect, tokenize's patterns compiled), 30-70 ms of CPU that the engine's
+        # first readiness check waited for on every server start.
+        self.health: Callable[[], tuple[dict[str, Any], dict[str, str]]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, fallback: ASGIApp) -> None:
         path: str = scope["path"]
@@ -449,6 +461,8 @@ class _HotRoutes:
             await self._start(scope, receive, send, fallback)
         elif method == "GET" and path.startswith(_RESULT_PREFIX) and path.endswith(_RESULT_SUFFIX):
             await self._poll(scope, receive, send, fallback)
+        elif method == "GET" and path == "/health" and self.health is not None:
+            await self._health(scope, receive, send, fallback)
         else:
             await fallback(scope, receive, send)
 
@@ -491,6 +505,18 @@ class _HotRoutes:
         await send({"type": "http.response.start", "status": 202, "headers": [_JSON, lease, _HELD]})
         final = await self.service.hold(tracked, answer)
         await send({"type": "http.response.body", "body": final})
+
+    async def _health(self, scope: Scope, receive: Receive, send: Send, fallback: ASGIApp) -> None:
+        assert self.health is not None
+        if self._headers(scope) is None:
+            await fallback(scope, receive, send)  # the 401, from the FastAPI stack
+            return
+        payload, headers = self.health()
+        # JSONResponse's bytes: the same document either way.
+        body = json.dumps(
+            payload, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+        ).encode("utf-8")
+        await _send_json(send, 200, body, headers)
 
     async def _poll(self, scope: Scope, receive: Receive, send: Send, fallback: ASGIApp) -> None:
         headers = self._headers(scope)
