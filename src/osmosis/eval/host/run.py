@@ -21,7 +21,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -290,7 +290,7 @@ async def _dispatch(
         starting = asyncio.create_task(start_servers())
         stack.push_async_callback(stop_servers)  # when the bridge could not start
         stack.push_async_callback(_cancelled, starting)
-        bridge, check_model = await stack.enter_async_context(
+        bridge, checking = await stack.enter_async_context(
             _policy(
                 plan,
                 redactor,
@@ -304,7 +304,6 @@ async def _dispatch(
         # Stopped before the bridge is: a draining rollout still reaches the model.
         stack.push_async_callback(stop_servers)
         stack.push_async_callback(_cancelled, starting)
-        checking = asyncio.create_task(check_model())
         stack.push_async_callback(_cancelled, checking)
         site = await _unless_failed(checking, starting)
         await checking
@@ -436,10 +435,11 @@ async def _policy(
     earlier: dict[str, Any],
     address: BridgeAddress,
     observer: RunObserver | None = None,
-) -> AsyncIterator[tuple[ModelBridge, Callable[[], Coroutine[Any, Any, None]]]]:
+) -> AsyncIterator[tuple[ModelBridge, asyncio.Task[None]]]:
     """The bridge to the run's model (starting the local model first when asked), started,
     and the model's pre-flight probe, which must pass before anything is dispatched (a
-    `RunFailed` when it does not; the caller runs it alongside the rollout servers' start).
+    `RunFailed` when it does not): a task already running, alongside the bridge's start and
+    the rollout servers'.
     `earlier`: the bridge's figures from the run's earlier invocations (what they spent)."""
     # Its modules (~0.1 s) are imported off the event loop: the rollout servers' start, a
     # task that needs the loop to spawn them, goes on meanwhile instead of after.
@@ -492,6 +492,10 @@ async def _policy(
                 ) from None
             log(f"model {model_path} answered the pre-flight in {result.latency_ms:.0f} ms")
 
+        # Sent now rather than once the bridge listens: the probe needs only the model, and
+        # at a provider's latency (hundreds of ms) it is what the first dispatch waits for.
+        checking = asyncio.create_task(check_model())
+        stack.push_async_callback(_cancelled, checking)
         stall = plan.options.stall_after_s
         evaluation = plan.config.evaluation
         budget = plan.budget
@@ -539,7 +543,7 @@ async def _policy(
             )
         if budget.limited:
             log(f"budget: {_describe_budget(budget, spent)}")
-        yield bridge, check_model
+        yield bridge, checking
 
 
 def _recorder(plan: RunPlan, redactor: Redactor) -> CallRecorder:
