@@ -4,6 +4,7 @@ rollout outcome and fault becomes. `pending` means "not recorded; a resume runs 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -221,3 +222,15 @@ async def test_a_server_that_answers_429_is_never_handed_more_than_a_few_admissi
     assert outcome.recorded == 16 and outcome.requeued == 16
     assert {a.record.status for a in sink.attempts} == {"success"}
     assert most_admitting(world, range(16)) == RAMP_ADMISSIONS
+
+
+async def test_rollout_ids_are_fresh_32_hex_digits_in_every_run():
+    # The ids name files and URLs ("[0-9a-f]{32}" where they are read back): each attempt,
+    # each re-run and each run (drawn from the OS, a batch at a time) gets its own.
+    ids = []
+    for _ in range(2):
+        _, sink, world, _ = await evaluate([item(row, "pass") for row in range(20)])
+        ids.append({a.record.rollout_id for a in sink.attempts} | world.bridge.opened)
+    assert all(re.fullmatch(r"[0-9a-f]{32}", rid) for rid in ids[0] | ids[1])
+    assert len(ids[0]) == len(ids[1]) == 20
+    assert not ids[0] & ids[1]
