@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from osmosis.eval.model.pricing import Price, load_price_map, price_for
@@ -83,3 +85,25 @@ def test_costs_match_litellms_own_arithmetic() -> None:
         assert price.cost(prompt_tokens=1234, completion_tokens=567) == pytest.approx(
             prompt + completion
         )
+
+
+def test_a_price_found_in_the_files_bytes_is_the_one_the_whole_map_gives() -> None:
+    # The bridge looks its model up without parsing the whole file (~75 ms of CPU at every
+    # run's start); every answer must be the parsed map's. A sample of every listed model
+    # (all of them take ~15 s), bare and under a provider the lookup matches bare names for,
+    # names listed nowhere, and keys the file writes off its usual layout (at column 0).
+    prices = load_price_map()
+    listed = sorted(prices)
+    irregular = [name.decode() for name in re.findall(rb'\n"([^"]+)":', _bundled_bytes())]
+    names = [*listed[::97], *irregular, "fake-model", "my-model-7b", "gpt-4o-mini"]
+    for name in names:
+        for model_path in (name, f"openai/{name}", f"anthropic/{name}"):
+            assert price_for(model_path) == price_for(model_path, prices), model_path
+
+
+def _bundled_bytes() -> bytes:
+    from osmosis.eval.model.pricing import _price_file
+
+    path = _price_file()
+    assert path is not None
+    return path.read_bytes()
