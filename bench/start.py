@@ -370,6 +370,10 @@ def case_latency(table: Table, repeat: int) -> None:
         f"ideal {ideal:.2f} s",
         f"{median_of(runs, 'attempts') / ideal:.3f}x (<= 1.1x)",
     )
+    # Where the rest of the whole command goes: the fixed cost at 500 rows, phase by phase.
+    for phase in PHASES:
+        if phase != "attempts":
+            table.add(f"  phase {phase}", f"{median_of(runs, phase):.3f} s", "", "")
 
 
 def case_platform(table: Table, repeat: int) -> None:
