@@ -18,6 +18,7 @@ from osmosis import AgentWorkflow, Grader, LocalBackend, create_rollout_server
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.rollout.protocol import COLLECTED_HEADER, LEASE_HEADER, WAIT_HEADER, RolloutInitRequest
 from tests.integration.conftest import serving
+from tests.unit.rollout.test_server_routes import PassThrough
 
 KEY = "server-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -35,16 +36,6 @@ class Exact(Grader):
     async def grade(self, ctx):
         await asyncio.sleep(float((ctx.metadata or {}).get("grade_sleep", 0)))
         ctx.set_reward(1.0 if ctx.sample.messages[-1]["content"] == ctx.label else 0.0)
-
-
-class PassThrough:
-    """A user's own ASGI middleware: with one present, FastAPI serves every route."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
 
 
 def body(rollout_id: str, **metadata: float) -> dict[str, Any]:
