@@ -2,6 +2,11 @@
 
 summary_public(run)                      # EvalRunSummary
 detail_public(db, settings=s, run=run)   # EvalRunDetail
+detail_summary(run)                      # its results, from the run's counters alone
+
+Polled many times a second while a run goes (issue 30): the counters are the run row's (the
+run sink moves them with each batch, in the batch's transaction); only what the detail view
+shows beyond them (errors by type, cost, flaky rows) is reduced from the attempts, in SQL.
 """
 
 from __future__ import annotations
@@ -9,10 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from osmosis.eval.results.compare import row_outcomes
 from osmosis.platform.core.db.dataset_models import DatasetVersion
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.core.errors import ValidationFailed
@@ -21,7 +25,7 @@ from osmosis.platform.services.run_files import LOG_FILE, tail_logs
 from osmosis.platform.services.runs import BUDGET_KEYS, run_dir
 from osmosis.platform.services.workspaces import effective_budget
 from osmosis.platform.worker.leases import why_pending
-from osmosis.vocabulary import ATTEMPT_STATUSES
+from osmosis.vocabulary import ATTEMPT_STATUSES, pass_clause
 from osmosis.wire.runs import (
     ATTEMPT_SORTS,
     AttemptList,
@@ -84,7 +88,8 @@ def summary_public(run: EvalRun) -> EvalRunSummary:
     return EvalRunSummary(**_fields(run))
 
 
-def _duration_ms(run: EvalRun) -> float | None:
+def duration_ms(run: EvalRun) -> float | None:
+    """How long the run ran, in ms: as the engine measured it, else from its timestamps."""
     if run.duration_ms is not None:
         return run.duration_ms
     if run.started_at is not None and run.completed_at is not None:
@@ -92,7 +97,8 @@ def _duration_ms(run: EvalRun) -> float | None:
     return None
 
 
-def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDetail:
+def shown_config(run: EvalRun, *, settings: Settings) -> dict[str, Any]:
+    """The run's settings as the detail view shows them (`config`)."""
     config = json.loads(run.config)
     evaluation: dict[str, Any] = config["evaluation"]
     shown = {key: evaluation.get(key) for key in _CONFIG_KEYS}
@@ -105,6 +111,55 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
     shown.update({key: budget[key] for key in BUDGET_KEYS if budget.get(key) is not None})
     shown["model_path"] = run.model_path
     shown.update(config.get("advanced") or {})
+    return shown
+
+
+def pass_threshold(run: EvalRun) -> float:
+    return float(json.loads(run.config)["evaluation"]["pass_threshold"])
+
+
+def detail_summary(run: EvalRun) -> RunDetailSummary:
+    """The run's results from its stored counters (the run sink keeps them), no attempt read."""
+    summary = _summary(run)
+    return RunDetailSummary(
+        **summary.model_dump(exclude={"progress"}),
+        progress=summary.progress,
+        pass_threshold=pass_threshold(run),
+        total_tokens=run.tokens,
+        dataset_rows=run.dataset_rows,
+        resumed_count=run.resumed_count,
+    )
+
+
+def dataset_ref(db: Session, *, run: EvalRun) -> DatasetRef:
+    version = db.get(DatasetVersion, run.dataset_version_id) if run.dataset_version_id else None
+    return DatasetRef(
+        name=run.dataset_name,
+        version=version.version if version else 0,
+        sha256=version.sha256 if version else "",
+        rows=version.rows if version else None,
+        format=version.format if version else "",
+    )
+
+
+def flaky_rows(db: Session, *, run: EvalRun) -> list[int]:
+    """Rows whose scored attempts disagree (some passed, some not), as `eval info` on a local
+    run and `eval compare` reduce attempts to rows (`RowOutcome.flaky`), counted by the
+    database: one row index per flaky row crosses, not every attempt."""
+    scored = EvalAttempt.status != "skipped"
+    passed = func.sum(case((pass_clause(EvalAttempt.reward, pass_threshold(run)), 1), else_=0))
+    query = (
+        select(EvalAttempt.row_index)
+        .where(EvalAttempt.run_id == run.id, scored)
+        .group_by(EvalAttempt.row_index)
+        .having(passed > 0, passed < func.count())
+        .order_by(EvalAttempt.row_index)
+    )
+    return [int(row) for row in db.scalars(query)]
+
+
+def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDetail:
+    config = json.loads(run.config)
     errors = dict(
         db.execute(
             select(EvalAttempt.error_type, func.count())
@@ -114,55 +169,29 @@ def detail_public(db: Session, *, settings: Settings, run: EvalRun) -> EvalRunDe
         ).all()
     )
     cost = db.scalar(select(func.sum(EvalAttempt.cost_usd)).where(EvalAttempt.run_id == run.id))
-    # As `eval info` on a local run and `eval compare` reduce attempts to rows.
-    attempts = [
-        {"row_index": row_index, "status": status, "reward": reward}
-        for row_index, status, reward in db.execute(
-            select(EvalAttempt.row_index, EvalAttempt.status, EvalAttempt.reward).where(
-                EvalAttempt.run_id == run.id
-            )
-        )
-    ]
-    threshold = float(evaluation["pass_threshold"])
-    flaky = sorted(row for row, found in row_outcomes(attempts, threshold).items() if found.flaky)
-    version = db.get(DatasetVersion, run.dataset_version_id) if run.dataset_version_id else None
     metrics = json.loads(run.summary) if run.summary else None
-    summary = _summary(run)
     return EvalRunDetail(
         eval_run=EvalRunInfo(
             **_fields(run),
-            duration_ms=_duration_ms(run),
+            duration_ms=duration_ms(run),
             error=run.error,
             waiting_reason=why_pending(db, run=run, settings=settings),
             crash_resumes=run.crash_resumes or 0,
         ),
-        summary=RunDetailSummary(
-            **summary.model_dump(exclude={"progress"}),
-            progress=summary.progress,
-            pass_threshold=float(evaluation["pass_threshold"]),
-            total_tokens=run.tokens,
-            dataset_rows=run.dataset_rows,
-            resumed_count=run.resumed_count,
-        ),
-        config=shown,
+        summary=detail_summary(run),
+        config=shown_config(run, settings=settings),
         entrypoint=run.entrypoint,
         branch=run.branch,
         commit_sha=run.commit_sha,
         env_config=config.get("env") or {},
         resolved_secret_scopes=json.loads(run.secret_scopes),
-        dataset=DatasetRef(
-            name=run.dataset_name,
-            version=version.version if version else 0,
-            sha256=version.sha256 if version else "",
-            rows=version.rows if version else None,
-            format=version.format if version else "",
-        ),
+        dataset=dataset_ref(db, run=run),
         metrics=metrics,
         metrics_available=metrics is not None,
         errors_by_type={str(kind): int(count) for kind, count in errors.items()},
         cost_usd=float(cost) if cost is not None else None,
         recent_logs=tail_logs(run_dir(settings, run.id) / LOG_FILE, count=_RECENT_LOGS),
-        flaky_rows=flaky,
+        flaky_rows=flaky_rows(db, run=run),
         cache=_cache(db, run, metrics),
     )
 

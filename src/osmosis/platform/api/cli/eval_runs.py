@@ -220,46 +220,45 @@ def _our_submit(
 
 @router.get("/{run}")
 def get_eval_run(run: str, db: Db, user: CurrentUser, request: Request) -> EvalRunView:
-    """One run: what it ran, how, and its results."""
+    """One run: what it ran, how, and its results (from the run's counters: no attempt is
+    read, as the official CLI polls this while a run goes)."""
     found = runs.find_run(db, user=user, ref=run)
-    detail = run_views.detail_public(db, settings=_settings(request), run=found)
-    line = results(found, detail.summary)
-    line.pass_threshold = detail.summary.pass_threshold
-    line.total_tokens = detail.summary.total_tokens
-    line.total_dataset_rows = detail.dataset.rows
-    line.resumed_count = detail.summary.resumed_count
-    info = detail.eval_run
+    summary = run_views.detail_summary(found)
+    line = results(found, summary)
+    line.pass_threshold = summary.pass_threshold
+    line.total_tokens = summary.total_tokens
+    line.total_dataset_rows = run_views.dataset_ref(db, run=found).rows
+    line.resumed_count = summary.resumed_count
+    creator = found.creator
     return EvalRunView(
         eval_run=EvalRunHeader(
-            id=info.id,
-            name=info.name,
-            status=info.status,
-            created_at=info.created_at.isoformat(),
-            started_at=_iso(info.started_at),
-            completed_at=_iso(info.completed_at),
-            creator_name=info.creator_name,
-            creator_email=info.creator_email,
+            id=found.id,
+            name=found.name,
+            status=found.status,
+            created_at=found.created_at.isoformat(),
+            started_at=_iso(found.started_at),
+            completed_at=_iso(found.completed_at),
+            creator_name=creator.name if creator else None,
+            creator_email=creator.email if creator else None,
         ),
-        config=detail.config,
+        config=run_views.shown_config(found, settings=_settings(request)),
         results=line,
-        dataset=NameRef(name=detail.dataset.name),
-        rollout=NameRef(name=info.rollout),
-        entrypoint=detail.entrypoint,
-        branch=detail.branch,
-        commit_sha=detail.commit_sha,
-        env_config=detail.env_config,
-        resolved_secret_scopes={k: str(v) for k, v in detail.resolved_secret_scopes.items()},
+        dataset=NameRef(name=found.dataset_name),
+        rollout=NameRef(name=found.rollout),
+        entrypoint=found.entrypoint,
+        branch=found.branch,
+        commit_sha=found.commit_sha,
+        env_config=json.loads(found.config).get("env") or {},
+        resolved_secret_scopes={k: str(v) for k, v in json.loads(found.secret_scopes).items()},
     )
 
 
 @router.get("/{run}/metrics")
-def eval_run_metrics(run: str, db: Db, user: CurrentUser, request: Request) -> EvalRunMetricsView:
+def eval_run_metrics(run: str, db: Db, user: CurrentUser) -> EvalRunMetricsView:
     """The reference metrics once a run has them; its counters until then."""
     found = runs.find_run(db, user=user, ref=run)
-    detail = run_views.detail_public(db, settings=_settings(request), run=found)
     metrics = _metrics_summary(found)
-    counters = detail.summary
-    duration = detail.eval_run.duration_ms
+    duration = run_views.duration_ms(found)
     if metrics is not None:
         overview = EvalMetricsOverview(
             duration_ms=round(duration) if duration is not None else None,
@@ -267,6 +266,7 @@ def eval_run_metrics(run: str, db: Db, user: CurrentUser, request: Request) -> E
         )
         pass_at_k = [PassAtK(k=p["k"], value=p["value"]) for p in metrics.get("pass_at_k") or []]
     else:
+        counters = run_views.detail_summary(found)
         overview = EvalMetricsOverview(
             duration_ms=round(duration) if duration is not None else None,
             total_samples=counters.progress.total,
