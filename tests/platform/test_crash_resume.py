@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -39,10 +40,24 @@ def fake_model() -> Iterator[FakeModelServer]:
         yield server
 
 
+def _workers(run_id: str) -> list[int]:
+    """The run's worker processes. A child the worker is forking (a rollout server, git) has
+    the worker's command line until it execs: it is not counted."""
+    found = pids_of(f"worker.run_worker {run_id}")
+    return [pid for pid in found if _parent(pid) not in found]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def kill_worker(run_id: str, *, not_pid: int | None = None) -> int:
     """SIGKILL the run's worker process (one other than `not_pid`); returns its pid."""
     deadline = time.monotonic() + 60
-    while not (workers := [p for p in pids_of(f"worker.run_worker {run_id}") if p != not_pid]):
+    while not (workers := [p for p in _workers(run_id) if p != not_pid]):
         assert time.monotonic() < deadline, "no worker process for the run"
         time.sleep(0.05)
     [pid] = workers
