@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform import Settings, create_app
@@ -34,6 +35,16 @@ def record(row: int) -> AttemptRecord:
     )
 
 
+def empty_run(sessions: sessionmaker[Session], home: Path) -> str:
+    """The id of a run with no attempt yet, in a workspace of the platform's admin."""
+    with sessions() as db:
+        admin = db.query(User).one()
+        ws = seed.workspace(db, identity="acme/evals", owner=admin)
+        run_id = seed.seed_run(db, home, ws=ws, user=admin, spec=RunSpec("r", [])).id
+        db.commit()
+    return run_id
+
+
 async def test_a_write_under_way_when_the_run_ends_is_committed_before_flushing_returns(
     tmp_path: Path,
 ) -> None:
@@ -42,11 +53,7 @@ async def test_a_write_under_way_when_the_run_ends_is_committed_before_flushing_
     settings = Settings(home=tmp_path / "home")
     platform = create_app(settings)
     sessions = platform.state.sessions
-    with sessions() as db:
-        admin = db.query(User).one()
-        ws = seed.workspace(db, identity="acme/evals", owner=admin)
-        run_id = seed.seed_run(db, settings.home, ws=ws, user=admin, spec=RunSpec("r", [])).id
-        db.commit()
+    run_id = empty_run(sessions, settings.home)
     sink = AttemptSink(sessions, run_id=run_id, pass_threshold=1.0)
     assert settings.database_url is not None
     holder = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"))

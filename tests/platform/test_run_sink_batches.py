@@ -11,12 +11,10 @@ from sqlalchemy import select
 
 from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform import create_app
-from osmosis.platform.core.db.models import User
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.worker.run_sink import FLUSH_BATCH, AttemptSink, refresh_counters
 from tests.platform.databases import Databases
-from tests.web import seed
-from tests.web.seed import RunSpec
+from tests.platform.test_run_sink import empty_run
 
 
 def record(row: int, *, status: str = "success", reward: float | None = 1.0) -> AttemptRecord:
@@ -41,12 +39,7 @@ async def test_batches_land_whole_and_a_later_record_of_a_slot_replaces_it(
     platform = create_app(settings)
     sessions = platform.state.sessions
     try:
-        with sessions() as db:
-            admin = db.query(User).one()
-            ws = seed.workspace(db, identity="acme/evals", owner=admin)
-            spec = RunSpec("r", [])
-            run_id = seed.seed_run(db, settings.home, ws=ws, user=admin, spec=spec).id
-            db.commit()
+        run_id = empty_run(sessions, settings.home)
         sink = AttemptSink(sessions, run_id=run_id, pass_threshold=1.0)
         rows = FLUSH_BATCH * 2 + 7  # two full batches and a partial one
         async with sink.flushing():
@@ -93,12 +86,7 @@ async def test_counters_follow_each_batch_as_a_recount_has_them(
     platform = create_app(settings)
     sessions = platform.state.sessions
     try:
-        with sessions() as db:
-            admin = db.query(User).one()
-            ws = seed.workspace(db, identity="acme/evals", owner=admin)
-            spec = RunSpec("r", [])
-            run_id = seed.seed_run(db, settings.home, ws=ws, user=admin, spec=spec).id
-            db.commit()
+        run_id = empty_run(sessions, settings.home)
         sink = AttemptSink(sessions, run_id=run_id, pass_threshold=0.5)
         seen = []
         async with sink.flushing():

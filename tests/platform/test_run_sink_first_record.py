@@ -6,36 +6,18 @@ a tick long enough (an hour) that only the quiet-spell rule can have written any
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from osmosis.eval.results.records import AttemptRecord
 from osmosis.platform import Settings, create_app
-from osmosis.platform.core.db.models import User
 from osmosis.platform.core.db.run_models import EvalAttempt, EvalRun
 from osmosis.platform.worker.run_sink import AttemptSink
-from tests.web import seed
-from tests.web.seed import RunSpec
+from tests.platform.test_run_sink import empty_run, record
 
 HOUR = 3600.0
-
-
-def record(row: int) -> AttemptRecord:
-    return AttemptRecord(
-        row_index=row,
-        run_index=0,
-        rollout_id=f"{row:032x}",
-        source_row_index=row,
-        status="success",
-        reward=1.0,
-        tokens=3,
-        duration_ms=5.0,
-        finished_at=datetime.now(UTC),
-    )
 
 
 def visible(sessions: sessionmaker[Session], run_id: str) -> tuple[list[int], int]:
@@ -53,11 +35,7 @@ async def test_the_first_record_is_written_at_once_and_the_next_ones_wait_for_th
     platform = create_app(settings)
     sessions = platform.state.sessions
     try:
-        with sessions() as db:
-            admin = db.query(User).one()
-            ws = seed.workspace(db, identity="acme/evals", owner=admin)
-            run_id = seed.seed_run(db, settings.home, ws=ws, user=admin, spec=RunSpec("r", [])).id
-            db.commit()
+        run_id = empty_run(sessions, settings.home)
         sink = AttemptSink(sessions, run_id=run_id, pass_threshold=1.0, flush_interval=HOUR)
         async with sink.flushing():
             sink.advance(record(0))
