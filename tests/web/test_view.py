@@ -50,7 +50,8 @@ def test_view_shows_local_runs_without_login_and_a_run_as_its_files_say(
         for name in RUNS
     }
     names = page.locator("#runs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.run)")
-    assert names == sorted(RUNS, key=lambda name: created[name], reverse=True)
+    # Newest first; runs started in the same millisecond go by name, as the view sorts them.
+    assert names == sorted(RUNS, key=lambda name: (created[name], name), reverse=True)
     assert page.locator("header.top nav a").all_inner_texts() == ["Runs", "Compare"]
     assert "read-only" in page.inner_text("#view-mode")
     shot(page, tmp_path, "view-runs")
