@@ -49,7 +49,7 @@ from urllib.parse import unquote
 
 import httptools
 
-__all__ = ["AsgiServer", "Refusal", "Screen"]
+__all__ = ["AsgiServer", "Refusal", "Screen", "serving"]
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
 
@@ -519,6 +519,7 @@ class AsgiServer:
         self.error_body = error_body
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
+        self._key: tuple[str, int] | None = None
 
     async def start(self, sock: socket.socket) -> None:
         """Accept connections on `sock` (bound, not yet listening)."""
@@ -528,6 +529,15 @@ class AsgiServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), sock=sock, backlog=LISTEN_BACKLOG
         )
+        name = sock.getsockname()
+        if isinstance(name, tuple):
+            self._key = (str(name[0]), int(name[1]))
+            _SERVING[self._key] = (self, loop)
+
+    def protocol(self) -> asyncio.Protocol:
+        """A connection this server answers, for a socket accepted elsewhere in its event
+        loop (`loop.connect_accepted_socket`, or a listener's protocol factory)."""
+        return _Connection(self)
 
     async def stop(self) -> None:
         """Stop accepting; idle connections close now, busy ones once their answer is out or
@@ -535,6 +545,8 @@ class AsgiServer:
         server, self._server = self._server, None
         if server is None:
             return
+        if self._key is not None and _SERVING.get(self._key, (None,))[0] is self:
+            del _SERVING[self._key]
         server.close()
         for connection in list(self.connections):
             connection.closing = True
@@ -557,3 +569,23 @@ class AsgiServer:
             await asyncio.wait(leftover, timeout=1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+_SERVING: dict[tuple[str, int], tuple[AsgiServer, asyncio.AbstractEventLoop]] = {}
+"""The started servers of this process, by the TCP address they listen on (`serving`)."""
+
+
+def serving(host: str, port: int) -> AsgiServer | None:
+    """The started `AsgiServer` of this process, in the running event loop, that listens on
+    `host:port` (or on every address, at `port`); None if there is none. The sandbox hands
+    the connections of its bridge socket to it rather than forwarding them over TCP.
+
+        server = serving("127.0.0.1", 41234)
+        loop.create_unix_server(server.protocol, path=...)   # no second hop
+    """
+    loop = asyncio.get_running_loop()
+    for key in ((host, port), ("0.0.0.0", port), ("::", port)):
+        found = _SERVING.get(key)
+        if found is not None and found[1] is loop:
+            return found[0]
+    return None

@@ -8,6 +8,9 @@ server (`osmosis.eval.sites.sandbox.site.SandboxSite`) runs as
 
     bwrap <namespaces> <mounts> -- python -I -S /run/osmosis/shim.py … -- python main.py
 
+(`shim.pyc` instead, compiled by the engine, when the rollout's interpreter is the engine's
+own binary: a script is compiled at every start.)
+
 - **Namespaces** (`support.namespace_flags`): new user (uid 1000 inside, no capabilities, no
   nested user namespaces where bwrap can forbid them), PID (its own `/proc`: no other process
   is visible or signalable), IPC, UTS, cgroup, mount and network namespaces; a new session;
@@ -22,9 +25,9 @@ server (`osmosis.eval.sites.sandbox.site.SandboxSite`) runs as
   reaches only the package index.
 - **Network** (`shim`, `network`): only a loopback. The shim forwards the engine's Unix
   socket to the server's `127.0.0.1:$_OSMOSIS_ROLLOUT_PORT` and the rollout-scoped bridge URL
-  on `127.0.0.1:<bridge port>` to the bridge's Unix socket, so rollouts (ours and
-  `osmosis-ai`'s) run unchanged. `network = "full"` adds slirp4netns with the host's loopback
-  disabled.
+  on `127.0.0.1:<bridge port>` to the bridge's Unix socket (answered by the bridge's own
+  server when it runs in the engine's event loop), so rollouts (ours and `osmosis-ai`'s) run
+  unchanged. `network = "full"` adds slirp4netns with the host's loopback disabled.
 - **Environment** (`environment`): PATH, HOME, TMPDIR, the locale, then what
   `child_environment` adds (protocol, offline settings, `[env]`, declared secrets).
 - **Limits** (`limits`, `policy.SandboxLimits`): memory and processes through a cgroup (v2,

@@ -4,9 +4,11 @@
     ...                         # each sandbox's shim connects to it (bound read-only inside)
     await forwarder.stop()
 
-`BridgeForwarder` listens on a Unix socket and forwards every connection to the model bridge's
-TCP address, in the engine's event loop. The bridge's token still guards every call; the
-forwarder only lets a network-less sandbox reach that one port.
+`BridgeForwarder` listens on a Unix socket and hands every connection to the model bridge: to
+the bridge's own server when it runs in this event loop (`bridge_http.serving`: the bridge
+answers the socket itself, with no second hop), else forwarded to the bridge's TCP address,
+in the engine's event loop. Either way the sandbox reaches that one server and nothing else,
+and the bridge's token still guards every call.
 
 `Slirp` gives a sandbox's network namespace a user-mode NAT to the outside world
 (`network = "full"`), started with `--disable-host-loopback`: the host's 127.0.0.1, where the
@@ -27,14 +29,14 @@ import time
 from pathlib import Path
 from typing import cast
 
-from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
+from osmosis.eval.model.bridge_http import LISTEN_BACKLOG, serving
 
 _SLIRP_READY_SEC = 10.0
 _LOOPBACK_WAIT_SEC = 5.0
 
 
 class BridgeForwarder:
-    """A Unix-socket listener that forwards to the bridge's `host:port`."""
+    """A Unix-socket listener whose connections reach the bridge at `host:port`."""
 
     def __init__(self, host: str, port: int, path: Path) -> None:
         self.host = host
@@ -54,7 +56,14 @@ class BridgeForwarder:
         os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
         return forwarder
 
-    def _accepted(self) -> _Side:
+    def _accepted(self) -> asyncio.Protocol:
+        # Looked up per connection: the bridge may start after the sandbox (its address is
+        # bound first), and it stops before the site does.
+        bridge = serving(self.host, self.port)
+        if bridge is not None:
+            # Served by the bridge itself: a forwarded call cost the engine's loop a second
+            # read and write each way (~0.5 ms of its CPU per attempt, `bench/sandbox.py`).
+            return bridge.protocol()
         side = _Side(self._connections)
         side.task = asyncio.ensure_future(self._connect(side))
         return side

@@ -17,7 +17,9 @@ sandbox itself):
   `osmosis.eval.sites.sandbox.layout`, a clean environment, inside a cgroup with the policy's
   limits.
   The engine reaches the server through a Unix socket whose listening descriptor the shim
-  holds; the rollout reaches the bridge through the shim and this site's `BridgeForwarder`.
+  holds; the rollout reaches the bridge through the shim and this site's `BridgeForwarder`
+  (whose connections the bridge answers itself when it runs in this event loop). The shim
+  runs as bytecode compiled here when the rollout's interpreter is ours (`compile_shim`).
 - **Outputs.** The rollout writes its attempts under `<trials_root>.sandbox/<rollout_id>`
   (the only writable bind). When an attempt ends its directory is renamed out of the
   sandbox's reach, and `trial()` *copies* `trajectory.json`, `diagnostics.json` and
@@ -91,9 +93,13 @@ from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.layout import (
     BRIDGE_SOCKET,
     SANDBOX_HOME,
+    SHIM_COMPILED_PATH,
     SHIM_PATH,
     SandboxLayout,
     bwrap_mounts,
+    compile_shim,
+    runs_our_bytecode,
+    shim_bytecode,
     write_etc,
 )
 from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
@@ -643,6 +649,7 @@ class SandboxSite(LocalProcessSite):
         self._claimed: set[str] = set()  # every server's attempts in flight
         self.support: SandboxSupport | None = None
         self._site_dir: Path | None = None
+        self._shim = SHIM_SOURCE  # or its bytecode in the site's directory (`compile_shim`)
         self._forwarder: BridgeForwarder | None = None
         self._described = False
         self._limit_restarts = 0
@@ -650,21 +657,24 @@ class SandboxSite(LocalProcessSite):
     async def start(self, replicas: int | None = 1) -> None:
         """Check the sandbox works here (`SandboxUnavailable` otherwise), prepare the site's
         directory and the bridge's socket, then start the servers as the local site does."""
-        self.support = await asyncio.to_thread(probe_sandbox, self.policy.bwrap)
-        self.support.require()
-        await asyncio.to_thread(_sweep_site_dirs)
-        # A killed engine's outbox (the run is resumed): its files belong to no one now.
-        await asyncio.to_thread(disk.remove_stale, self.trials_root)
-        self._site_dir = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))  # 0700: ours only
-        (self._site_dir / "owner.pid").write_text(str(os.getpid()))
-        write_etc(self._site_dir, self.policy.network)
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        host, port = self.bridge_address
-        self._forwarder = await BridgeForwarder.start(
-            self._site_dir / "bridge" / "bridge.sock", host, port
-        )
+        python = self.environment.python
+        # One thread for the file-system work (each hop to a thread waits for a core, long
+        # under load), and the shim's bytecode compiled beside it (once per process).
+        try:
+            support, _ = await asyncio.gather(
+                asyncio.to_thread(self._prepare),
+                asyncio.to_thread(shim_bytecode, SHIM_SOURCE)
+                if runs_our_bytecode(python)
+                else asyncio.sleep(0),
+            )
+        except BaseException:
+            if self._site_dir is not None:
+                await self._close()
+            raise
+        site_dir = self._site_dir
+        assert site_dir is not None
         self.log(
-            f"sandbox: {self.support.version or 'bwrap'} ({self.support.bwrap}), network "
+            f"sandbox: {support.version or 'bwrap'} ({support.bwrap}), network "
             f"{self.policy.network}: the rollout reaches the model bridge"
             + (
                 " and the internet, never the host's loopback"
@@ -673,10 +683,30 @@ class SandboxSite(LocalProcessSite):
             )
         )
         try:
+            self._shim = compile_shim(SHIM_SOURCE, python, site_dir / "shim.pyc")
+            host, port = self.bridge_address
+            self._forwarder = await BridgeForwarder.start(
+                site_dir / "bridge" / "bridge.sock", host, port
+            )
             await super().start(replicas)
         except BaseException:
             await self._close()
             raise
+
+    def _prepare(self) -> SandboxSupport:
+        """Check bwrap (`SandboxUnavailable`), clear what killed engines left, and make the
+        site's directory (0700: ours only) with its `/etc` files, and the outbox."""
+        support = probe_sandbox(self.policy.bwrap)
+        self.support = support
+        support.require()
+        _sweep_site_dirs()
+        # A killed engine's outbox (the run is resumed): its files belong to no one now.
+        disk.remove_stale(self.trials_root)
+        self._site_dir = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))
+        (self._site_dir / "owner.pid").write_text(str(os.getpid()))
+        write_etc(self._site_dir, self.policy.network)
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        return support
 
     async def stop(self) -> None:
         try:
@@ -779,7 +809,7 @@ def _terminate_shim(pid: int) -> None:
     group would end the outer bwrap alone, and its `--die-with-parent` would then kill the
     rest before a lifespan's shutdown could run. No shim found (not started yet, or gone):
     the group's SIGTERM."""
-    shim = _descendant_running(pid, SHIM_PATH)
+    shim = _descendant_running(pid, (SHIM_PATH, SHIM_COMPILED_PATH))
     try:
         if shim is not None:
             os.kill(shim, signal.SIGTERM)
@@ -789,9 +819,11 @@ def _terminate_shim(pid: int) -> None:
         pass
 
 
-def _descendant_running(pid: int, script: str) -> int | None:
-    """The first process below `pid` that runs `script`: its first argument that is not an
-    option (`python -I -S script …`; bwrap's own command line names it too, as a mount)."""
+def _descendant_running(pid: int, scripts: tuple[str, ...]) -> int | None:
+    """The first process below `pid` that runs one of `scripts`: its first argument that is
+    not an option (`python -I -S script …`; bwrap's own command line names it too, as a
+    mount)."""
+    wanted = {script.encode() for script in scripts}
     pending = [pid]
     while pending:
         parent = pending.pop(0)
@@ -805,7 +837,7 @@ def _descendant_running(pid: int, script: str) -> int | None:
                 argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if next((a for a in argv[1:] if not a.startswith(b"-")), None) == script.encode():
+            if next((a for a in argv[1:] if not a.startswith(b"-")), None) in wanted:
                 return child
             pending.append(child)
     return None
@@ -837,7 +869,7 @@ class _Launcher:
             python=Path(launch.argv[0]),
             venv=venv.resolve() if venv is not None else None,
             site_dir=site._site_dir,
-            shim=SHIM_SOURCE,
+            shim=site._shim,
             network=policy.network,
             tmp_bytes=policy.limits.memory_bytes,
             hidden=site.hidden,
@@ -864,7 +896,7 @@ class _Launcher:
             command[0],
             "-I",  # the shim: no site, no user paths, no PYTHON* variables
             "-S",
-            SHIM_PATH,
+            layout.shim_inside,
             "--listen-fd",
             str(self.listener.fileno()),
             "--rollout-port",

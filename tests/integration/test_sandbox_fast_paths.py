@@ -1,0 +1,224 @@
+"""What makes the sandbox cheap keeps it correct (issue 30): the bridge answers the sandbox's
+socket itself, and the shim runs as bytecode compiled for the rollout's interpreter.
+
+Real sockets, a real `AsgiServer` (the bridge's HTTP server), real bwrap and rollout servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from osmosis.eval.model.bridge_http import AsgiServer
+from osmosis.eval.results.redact import Redactor
+from osmosis.eval.sites.environment import prepare_environment
+from osmosis.eval.sites.sandbox import SandboxPolicy
+from osmosis.eval.sites.sandbox.layout import compile_shim
+from osmosis.eval.sites.sandbox.network import BridgeForwarder
+from osmosis.eval.sites.sandbox.site import SHIM_SOURCE, SandboxEndpoint, SandboxSite
+from osmosis.eval.sites.sandbox.support import SandboxUnavailable
+
+
+async def _who_asked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An ASGI app that answers who connected to it: the client address it was given."""
+    client = scope["client"]
+    body = json.dumps({"client": list(client) if client else None}).encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _get_over(path: Path) -> dict[str, Any]:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(b"GET /v1/x HTTP/1.1\r\nhost: bridge\r\nconnection: close\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    document: dict[str, Any] = json.loads(body)
+    return document
+
+
+async def _listen(server: AsgiServer) -> int:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    await server.start(sock)
+    port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the engine runs on uvloop
+def test_the_bridge_in_the_engines_loop_answers_the_sandbox_socket_without_a_tcp_hop(
+    tmp_path, loop
+):
+    async def main() -> None:
+        bridge = AsgiServer(_who_asked)  # type: ignore[arg-type]
+        port = await _listen(bridge)
+        socket_path = tmp_path / "bridge.sock"
+        forwarder = await BridgeForwarder.start(socket_path, "127.0.0.1", port)
+        try:
+            # No TCP connection was made to reach it: no client address.
+            assert await _get_over(socket_path) == {"client": None}
+            await bridge.stop()
+            # A bridge that stopped is not reached through the socket any more.
+            reader, writer = await asyncio.open_unix_connection(str(socket_path))
+            writer.write(b"GET /v1/x HTTP/1.1\r\nhost: bridge\r\n\r\n")
+            with contextlib.suppress(ConnectionResetError):  # an end of file, or a reset
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        finally:
+            await forwarder.stop()
+            await bridge.stop()
+
+    (uvloop.run if loop == "uvloop" else asyncio.run)(main())
+
+
+def test_a_bridge_in_another_event_loop_is_still_reached_over_its_tcp_port(tmp_path):
+    """A bridge this loop does not run (another thread's, another process's): forwarded."""
+    ready: concurrent.futures.Future[int] = concurrent.futures.Future()
+    finished = threading.Event()
+
+    def other_loop() -> None:
+        async def serve() -> None:
+            bridge = AsgiServer(_who_asked)  # type: ignore[arg-type]
+            ready.set_result(await _listen(bridge))
+            await asyncio.to_thread(finished.wait, 30)
+            await bridge.stop()
+
+        asyncio.run(serve())
+
+    thread = threading.Thread(target=other_loop)
+    thread.start()
+
+    async def main() -> None:
+        port = await asyncio.wrap_future(ready)
+        socket_path = tmp_path / "bridge.sock"
+        forwarder = await BridgeForwarder.start(socket_path, "127.0.0.1", port)
+        try:
+            answer = await _get_over(socket_path)
+            assert answer["client"][0] == "127.0.0.1"  # forwarded: it came as a TCP client
+        finally:
+            await forwarder.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        finished.set()
+        thread.join(30)
+
+
+def test_the_shim_is_compiled_only_for_the_interpreter_that_runs_it(tmp_path):
+    # A venv's bin/python links to the interpreter it was made from: this one.
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(Path(sys.executable).resolve())
+    compiled = compile_shim(SHIM_SOURCE, venv_python, tmp_path / "shim.pyc")
+    assert compiled == tmp_path / "shim.pyc"
+    # The bytecode is the shim: run with no command, it says its usage, as the source does.
+    ran = subprocess.run(
+        [str(venv_python), "-I", "-S", str(compiled)], capture_output=True, text=True, timeout=30
+    )
+    assert ran.returncode == 2 and "usage: shim.py" in ran.stderr, ran.stderr
+
+    # Another interpreter (another binary, maybe another bytecode format): the source.
+    other = tmp_path / "other" / "bin" / "python"
+    other.parent.mkdir(parents=True)
+    other.write_text("#!/bin/sh\n")
+    assert compile_shim(SHIM_SOURCE, other, tmp_path / "other.pyc") == SHIM_SOURCE
+    assert not (tmp_path / "other.pyc").exists()
+
+
+def test_without_a_usable_bwrap_the_site_says_so_and_leaves_nothing_behind(tmp_path):
+    rollout = tmp_path / "ws" / "rollouts" / "graceful"
+    rollout.mkdir(parents=True)
+    (rollout / "main.py").write_text(textwrap.dedent(GRACEFUL))
+    not_bwrap = tmp_path / "bwrap"
+    not_bwrap.write_text("not a program")  # not executable
+    site = _site(rollout, tmp_path, [], SandboxPolicy(bwrap=not_bwrap))
+    before = set(Path(tempfile.gettempdir()).glob("osmosis-sbx-*"))
+
+    with pytest.raises(SandboxUnavailable, match="is not an executable file"):
+        asyncio.run(site.start(1))
+    assert set(Path(tempfile.gettempdir()).glob("osmosis-sbx-*")) <= before
+    assert not (tmp_path / "run" / "rollout_trials.sandbox").exists()
+
+
+GRACEFUL = """
+import json, os, uvicorn
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                print("lifespan shutdown ran", flush=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = json.dumps({"status": "ok", "concurrency": {"max_concurrent": 2}}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]),
+                log_level="warning")
+"""
+
+
+def test_a_sandbox_running_the_compiled_shim_serves_and_stops_its_server_gracefully(tmp_path):
+    rollout = tmp_path / "ws" / "rollouts" / "graceful"
+    rollout.mkdir(parents=True)
+    (rollout / "main.py").write_text(textwrap.dedent(GRACEFUL))
+    lines: list[str] = []
+    site = _site(rollout, tmp_path, lines, SandboxPolicy())
+
+    async def main() -> None:
+        await site.start(1)
+        try:
+            (endpoint,) = site.endpoints
+            assert isinstance(endpoint, SandboxEndpoint)
+            assert endpoint.capacity == 2  # its /health came through the shim
+            commands = _commands(endpoint.group.pids(endpoint.process.pid))
+            assert any(b"/run/osmosis/shim.pyc" in command[:4] for command in commands)
+        finally:
+            await site.stop()
+        await asyncio.sleep(0.1)  # the server's last lines reach the log from its reader
+
+    asyncio.run(main())
+    # SIGTERM found the compiled shim, which passed it on: the server's shutdown ran (a
+    # SIGTERM to bwrap instead would have killed it outright).
+    assert any("lifespan shutdown ran" in line for line in lines), lines
+
+
+def _commands(pids: list[int]) -> list[list[bytes]]:
+    return [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids]
+
+
+def _site(rollout: Path, tmp_path: Path, lines: list[str], policy: SandboxPolicy) -> SandboxSite:
+    return SandboxSite(
+        prepare_environment(rollout, cache_root=tmp_path / "envs", log=lines.append),
+        rollout,
+        "main.py",
+        env={},
+        trials_root=tmp_path / "run" / "rollout_trials",
+        log=lines.append,
+        redactor=Redactor([]),
+        policy=policy,
+        workspace=rollout.parent.parent,
+        bridge_url="http://127.0.0.1:45999/v1",
+        bridge_address=("127.0.0.1", 45999),
+    )
