@@ -652,7 +652,7 @@ class ModelBridge:
                 return outcome
         outcome = await self._forward(rollout_id, started_at, began, messages, params, request)
         if key is not None and outcome.completion is not None and not outcome.released:
-            recorder.keep(key, normalised, digest, outcome.completion.payload, source="provider")
+            recorder.keep_soon(key, normalised, digest, outcome.completion.payload)
         return outcome
 
     async def _forward(

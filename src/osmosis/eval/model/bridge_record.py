@@ -59,10 +59,12 @@ whole lines.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -310,6 +312,8 @@ class CallRecorder:
         self._latest: dict[tuple[int, int], tuple[str, list[Any]]] = {}
         """Per attempt (row, run): the digest and messages of the line written last for it,
         which the attempt's next call may be written as a delta on."""
+        self._unkept: deque[tuple[AttemptKey, Mapping[str, Any], str, Mapping[str, Any]]] = deque()
+        """Provider answers already sent back, their lines not yet written (`keep_soon`)."""
         self.hits = 0
         """Calls answered from the record."""
         self.misses = 0
@@ -351,6 +355,7 @@ class CallRecorder:
 
     def forget(self, rollout_id: str) -> None:
         """Drop what is kept for `rollout_id` (its attempt is recorded or given up)."""
+        self.keep_queued()  # its last answer's line, if still queued, is written whole first
         attempt = self._attempts.pop(rollout_id, None)
         self._sequence.pop(rollout_id, None)
         if attempt is not None:
@@ -364,6 +369,7 @@ class CallRecorder:
 
     def lookup(self, key: AttemptKey | None, digest: str) -> dict[str, Any] | Miss:
         """The recorded completion for this call, or why there is none (counted)."""
+        self.keep_queued()
         if key is None:
             self.misses += 1
             return Miss("the call's attempt is unknown to the record (not dispatched by the run)")
@@ -449,14 +455,38 @@ class CallRecorder:
         except OSError as error:
             logger.warning("model bridge: cannot append to the call record: %s", error)
 
+    def keep_soon(
+        self,
+        key: AttemptKey,
+        normalised: Mapping[str, Any],
+        digest: str,
+        response: Mapping[str, Any],
+    ) -> None:
+        """`keep` a provider's answer once this turn of the event loop is over: the bridge
+        sends the answer to the rollout first, so copying, redacting and writing the line
+        (a tenth of a millisecond or more) is off the attempt's path to its next step. Lines
+        keep their order; `flush`, `close`, `forget` and `lookup` write what is queued first.
+        """
+        if not self._unkept:
+            asyncio.get_running_loop().call_soon(self.keep_queued)
+        self._unkept.append((key, normalised, digest, response))
+
+    def keep_queued(self) -> None:
+        """Write the answers `keep_soon` queued, in order."""
+        while self._unkept:
+            key, normalised, digest, response = self._unkept.popleft()
+            self.keep(key, normalised, digest, response, source="provider")
+
     def flush(self) -> None:
         """Push what was written to the file (the run's end, a halt)."""
+        self.keep_queued()
         if self._file is not None:
             self._file.flush()
 
     def close(self) -> None:
         """Flush and close the file; later writes open it again (and start each attempt
         whole: the file may have changed meanwhile)."""
+        self.keep_queued()
         file, self._file = self._file, None
         self._latest.clear()
         if file is not None:
