@@ -377,15 +377,35 @@ class RunDirectory:
             self._log.flush()
 
     # -- outputs --------------------------------------------------------------------------------
-    def write_outputs(
-        self, *, status: str, summary: Mapping[str, Any], eval_run: Mapping[str, Any]
-    ) -> None:
-        """index.jsonl, summary.jsonl (a byte-identical copy), metrics.json, progress.json."""
+    @contextlib.contextmanager
+    def indexing(self) -> Iterator[Callable[[AttemptRecord], None]]:
+        """index.jsonl and summary.jsonl (a byte-identical copy) from the records handed to
+        the function it gives, in `records()` order: the caller's one pass over the journal
+        (its metrics) writes them too, rather than a second read of every line. Written
+        whole on a normal exit only."""
         index_path = self.path / "index.jsonl"
         with _atomic(index_path) as handle:
-            for record in self.records():
+
+            def index(record: AttemptRecord) -> None:
                 handle.write(json.dumps(index_row(record)) + "\n")
+
+            yield index
         shutil.copyfile(index_path, self.path / "summary.jsonl")
+
+    def write_outputs(
+        self,
+        *,
+        status: str,
+        summary: Mapping[str, Any],
+        eval_run: Mapping[str, Any],
+        indexed: bool = False,
+    ) -> None:
+        """index.jsonl, summary.jsonl, metrics.json (`indexed`: the first two are written
+        already, by `indexing`)."""
+        if not indexed:
+            with self.indexing() as index:
+                for record in self.records():
+                    index(record)
         _write_json(
             self.path / "metrics.json",
             {"eval_run": {**eval_run, "status": status}, "summary": dict(summary)},

@@ -136,6 +136,30 @@ def test_redaction_applies_to_the_journal_and_trajectories(tmp_path):
         assert [r.error_message for r in run.records()] == [None, "401 for key [REDACTED]"]
 
 
+def test_one_pass_over_the_journal_writes_the_same_index_and_none_when_it_fails(tmp_path):
+    """`indexing`: index.jsonl written from the records a caller reads anyway (eval run's
+    metrics pass), byte for byte what a second read would write; a pass that raises leaves
+    the index as it was (never a partial one)."""
+    path = tmp_path / "evals" / "r1"
+    with open_run(path) as run:
+        run.record(attempt(1, 0))
+        run.record(attempt(0, 1, status="failed"))
+        run.record(attempt(0, 0))
+        run.write_outputs(status="finished", summary={}, eval_run={})
+        reread = (path / "index.jsonl").read_bytes()
+        (path / "index.jsonl").unlink()
+        with run.indexing() as index:
+            for record in run.records():
+                index(record)
+        run.write_outputs(status="finished", summary={}, eval_run={}, indexed=True)
+        assert (path / "index.jsonl").read_bytes() == reread
+        assert (path / "summary.jsonl").read_bytes() == reread
+        with pytest.raises(ValueError, match="metrics failed"), run.indexing() as index:
+            index(next(run.records()))
+            raise ValueError("metrics failed")
+        assert (path / "index.jsonl").read_bytes() == reread
+
+
 def test_a_one_letter_secret_leaves_the_journal_and_trajectories_intact(tmp_path):
     # OPENAI_API_KEY=x once turned every "x" of the journal into [REDACTED]: `row_inde...`,
     # no record readable, a resume that would have run everything again. A key "1" (local
