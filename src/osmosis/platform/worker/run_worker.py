@@ -36,9 +36,10 @@ decides what is recorded, and any worker that takes the run over later resumes f
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
 - `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, then
-  reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`). Once the run
-  is dispatching it says so on the pipe the scheduler gave it (`DISPATCHING_FD_ENV`), which
-  then starts the next spare.
+  reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`). Once the run's
+  status is written it says so on the pipe the scheduler gave it (`ENDED_FD_ENV`),
+  which then starts the next spare: its imports (~1 s of CPU) no longer compete with this
+  run's attempts (issue 30: 500 rows take ~1 s to dispatch on 2 cores).
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ from osmosis.eval.inputs.dataset_select import SAMPLE_FRACTION
 from osmosis.eval.model.bridge_budget import BUDGET_HALT_PREFIX, Budget
 from osmosis.eval.model.bridge_limits import install_coordinator
 from osmosis.eval.model.bridge_record import RECORD_FILE
-from osmosis.eval.results.records import AttemptRecord
 from osmosis.eval.results.trial_outputs import ArtifactLimits
 from osmosis.eval.sites.sandbox import NetworkMode, SandboxLimits, SandboxPolicy, clean_base_env
 from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
@@ -98,8 +98,10 @@ from osmosis.platform.worker.checkout import (
     CheckoutError,
     RepoLimits,
     checkout,
+    delete_set_aside,
     inputs_path,
     remove_checkout,
+    set_aside_checkout,
     write_in_tree,
 )
 from osmosis.platform.worker.leases import TEMPFAIL, holds
@@ -182,7 +184,7 @@ def _warm_main() -> int:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     _warm_orm()
-    says = _dispatching_pipe()
+    says = _ended_pipe()
     ready = utcnow()
     line = sys.stdin.readline()
     if not line:
@@ -200,16 +202,16 @@ def _warm_main() -> int:
         f"took eval run {run_id} (claim {epoch})",
         flush=True,
     )
-    return event_loop.run(_main(settings, run_id, epoch, dispatching=says))
+    return event_loop.run(_main(settings, run_id, epoch, ended=says))
 
 
-def _dispatching_pipe() -> Callable[[], None]:
-    """What tells the scheduler this worker's run is dispatching: one byte on the pipe it
-    passed (`DISPATCHING_FD_ENV`), written once; nothing without one. The pipe is kept from
+def _ended_pipe() -> Callable[[], None]:
+    """What tells the scheduler this worker's run has ended: one byte on the pipe it
+    passed (`ENDED_FD_ENV`), written once; nothing without one. The pipe is kept from
     every process the run starts, so its end is this process's end."""
-    from osmosis.platform.worker.scheduler import DISPATCHING_FD_ENV
+    from osmosis.platform.worker.scheduler import ENDED_FD_ENV
 
-    named = os.environ.pop(DISPATCHING_FD_ENV, "")
+    named = os.environ.pop(ENDED_FD_ENV, "")
     if not named.isdigit():
         return lambda: None
     fd = int(named)
@@ -277,9 +279,9 @@ def _retitle(run_id: str, epoch: int) -> None:
 
 
 async def _main(
-    settings: Settings, run_id: str, epoch: int, *, dispatching: Callable[[], None] | None = None
+    settings: Settings, run_id: str, epoch: int, *, ended: Callable[[], None] | None = None
 ) -> int:
-    worker = _Worker(settings, run_id, epoch, dispatching=dispatching)
+    worker = _Worker(settings, run_id, epoch, ended=ended)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -301,11 +303,11 @@ class _Worker:
         run_id: str,
         epoch: int,
         *,
-        dispatching: Callable[[], None] | None = None,
+        ended: Callable[[], None] | None = None,
     ) -> None:
         assert settings.database_url is not None  # filled in by Settings
         self.settings = settings
-        self.dispatching = dispatching or (lambda: None)
+        self.ended = ended or (lambda: None)
         self.run_id = run_id
         self.epoch = epoch
         self.exit_code = 0
@@ -392,6 +394,9 @@ class _Worker:
             remove_checkout(self.settings.home, self.run_id)
         else:
             self._finish(outcome)
+        # The scheduler's next spare starts now (or at the latest `SPARE_HOLD_MAX_SEC` after
+        # the hand-off), not at the first dispatch, where its imports slowed the attempts.
+        self.ended()
 
     def _claim(self) -> bool:
         """Take up the scheduler's claim, if it still holds: a run stopped or taken over
@@ -421,19 +426,24 @@ class _Worker:
             self.publisher = RunPublisher(self.store, self.run_id)
             self.publisher.adopt(held)
         self.log(f"run {run.name} ({run.id}) started by the platform")
-        try:
-            config_path, dataset_file = await asyncio.to_thread(self._prepare, run)
-            environ = self._environ(run)
-            replay = await asyncio.to_thread(self._replay_source, run)
-        except (CheckoutError, PlatformError, OSError) as error:
-            return self._failed(f"cannot prepare the run: {describe(error)}")
         evaluation = json.loads(run.config)["evaluation"]
         threshold = float(evaluation["pass_threshold"])
+        sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
+        # The database catches up with the journal while git checks out: neither needs the
+        # other, and both come before the rollout server's start (issue 30).
+        resyncing = asyncio.ensure_future(sink.resync(self.dir / "events.jsonl"))
+        try:
+            try:
+                config_path, dataset_file = await asyncio.to_thread(self._prepare, run)
+                environ = self._environ(run)
+                replay = await asyncio.to_thread(self._replay_source, run)
+            finally:
+                await resyncing
+        except (CheckoutError, PlatformError, OSError) as error:
+            return self._failed(f"cannot prepare the run: {describe(error)}")
         with self.sessions() as db:
             workspace = db.get(Workspace, run.workspace_id)
             budget = run_budget(evaluation, self.settings, workspace=workspace, log=self.log)
-        sink = AttemptSink(self.sessions, run_id=run.id, pass_threshold=threshold)
-        await sink.resync(self.dir / "events.jsonl")
         options = RunOptions(
             name=run.id,
             output=runs_root(self.settings),
@@ -485,7 +495,7 @@ class _Worker:
             async with sink.flushing(), self.publishing(), self.sharing_limits():
                 report = await run_evaluation(
                     plan,
-                    _Reporter(sink, on_dispatch=self.dispatching),
+                    sink,
                     site=self._rollout_site(run),
                     observer=figures_from_env(),
                 )
@@ -707,9 +717,16 @@ class _Worker:
             self.log("the worker was terminated without a stop request", level="warning")
 
     def _finish(self, outcome: _Outcome) -> None:
-        # Before the run is seen ending: a retry at once starts a worker that checks out the
-        # same directory, which a late removal would pull from under it.
-        remove_checkout(self.settings.home, self.run_id)
+        # Moved aside before the run is seen ending (a retry at once starts a worker that
+        # checks out the same directory, which a late removal would pull from under it), and
+        # deleted once it is: the deletion no longer delays the run's end (issue 30).
+        aside = set_aside_checkout(self.settings.home, self.run_id)
+        try:
+            self._write_end(outcome)
+        finally:
+            delete_set_aside(aside)
+
+    def _write_end(self, outcome: _Outcome) -> None:
         with self.sessions() as db:
             if not self._hold(db):
                 return
@@ -734,28 +751,6 @@ class _Worker:
             run.claimed_by = run.lease_expires_at = None  # the lease ends with the run
             db.commit()
         self.log(f"run {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
-
-
-class _Reporter:
-    """The sink as the engine's reporter, which also says when dispatch starts (the scheduler
-    then starts its next spare, whose imports would have slowed this run's start)."""
-
-    def __init__(self, sink: AttemptSink, *, on_dispatch: Callable[[], None]) -> None:
-        self._sink = sink
-        self._on_dispatch = on_dispatch
-
-    def stage(self, message: str) -> None:
-        self._sink.stage(message)
-
-    def start_progress(self, total: int, done: int, *, pass_threshold: float) -> None:
-        self._sink.start_progress(total, done, pass_threshold=pass_threshold)
-        self._on_dispatch()
-
-    def advance(self, record: AttemptRecord) -> None:
-        self._sink.advance(record)
-
-    def log_line(self, line: str) -> None:
-        self._sink.log_line(line)
 
 
 def run_budget(

@@ -31,7 +31,8 @@ killer) is not the run's fault: the run is given back and resumed from its journ
 `OSMOSIS_RUN_CRASH_RESUMES` times; the next such death fails it, naming the signal.
 
 Once at start and then hourly, the git mirrors of workspaces that no longer exist are removed
-from the home (`osmosis.platform.worker.checkout.remove_stale_mirrors`).
+from the home (`osmosis.platform.worker.checkout.remove_stale_mirrors`), and so are the
+checkouts a worker killed at its run's end had set aside (`remove_set_aside`).
 
 While the home's disk has less than `settings.min_free_disk_bytes` free, nothing is claimed:
 the runs next in line wait, with a log line saying why, and start once space is freed.
@@ -40,10 +41,12 @@ A warm spare: roles that execute runs keep one worker process started ahead
 (`run_worker --warm`), its engine imported, waiting on its stdin; a claim hands the run to it
 (`<run_id> <epoch>`, after which it takes the run's worker log as its output and its command
 line names the run), so a run does not wait for a Python start and the engine's imports.
-The next spare starts once the run it took is dispatching (the worker says so on a pipe,
-`DISPATCHING_FD_ENV`; its end says so too), at most `SPARE_HOLD_MAX_SEC` after the hand-off:
-its imports (~1 s of CPU) would otherwise compete with that run's start. A spare that ends
-is replaced (backing off up to a minute), never handed a run; `close` kills it.
+The next spare starts once the run it took has ended (the worker says so on a pipe,
+`ENDED_FD_ENV`, once the run's status is written; its exit says so too), at most
+`SPARE_HOLD_MAX_SEC` after the hand-off: its imports (~1 s of CPU) would otherwise compete
+with that run's start and attempts (issue 30: a 500-row run dispatches in about a second).
+A spare that ends is replaced (backing off up to a minute), never handed a run; `close`
+kills it.
 `OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
 
 Workers lead their own process group and, on Linux, are SIGKILLed by the kernel when this
@@ -83,7 +86,7 @@ from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import append_log
 from osmosis.platform.services.runs import run_dir
 from osmosis.platform.worker import leases, processes
-from osmosis.platform.worker.checkout import remove_stale_mirrors
+from osmosis.platform.worker.checkout import remove_set_aside, remove_stale_mirrors
 
 if TYPE_CHECKING:
     from osmosis.platform.worker.metrics import MetricsServer
@@ -98,11 +101,11 @@ BACKOFF_MAX_SEC = 60.0
 # A lease not renewed for this share of its length may already be another worker's.
 SELF_FENCE_SHARE = 0.8
 MIRROR_SWEEP_SEC = 3600.0
-# The longest the next spare waits for the run handed to the last one to be dispatching (a run
-# that builds its environment first would otherwise leave the platform without a spare).
+# The longest the next spare waits for the run handed to the last one to end (a long run, or
+# one that builds its environment first, would otherwise leave the platform without a spare).
 SPARE_HOLD_MAX_SEC = 5.0
-# A spare's end of the pipe it writes to once its run is dispatching (`run_worker`).
-DISPATCHING_FD_ENV = "_OSMOSIS_DISPATCHING_FD"
+# A spare's end of the pipe it writes to once its run has ended (`run_worker`).
+ENDED_FD_ENV = "_OSMOSIS_RUN_ENDED_FD"
 _WORKER_MODULE = "osmosis.platform.worker.run_worker"
 # Room in a spare's argv for `<run_id> <epoch>`, which it writes there once it takes a run
 # (`run_worker._retitle`): `ps` and /proc then name the run, as for a worker started for it.
@@ -166,8 +169,8 @@ class Scheduler:
         self._metrics: MetricsServer | None = None  # OSMOSIS_METRICS_PORT
         self.warm = self.executes and settings.worker_warm
         self.spare: subprocess.Popen[bytes] | None = None  # the next claim's worker, started
-        self._spare_says: int | None = None  # our end of the spare's dispatching pipe
-        # The dispatching pipe of the worker the last spare became, and until when the next
+        self._spare_says: int | None = None  # our end of the spare's run-ended pipe
+        # The run-ended pipe of the worker the last spare became, and until when the next
         # spare waits for it (monotonic).
         self._hold: tuple[int, float] | None = None
         self._spare_backoff = _Backoff()
@@ -321,6 +324,8 @@ class Scheduler:
         removed = remove_stale_mirrors(self._settings.home, workspace_ids=workspace_ids)
         if removed:
             logger.info("removed the git mirrors of %d deleted workspaces", removed)
+        # Checkouts a killed worker had set aside but not yet deleted (`run_worker._finish`).
+        remove_set_aside(self._settings.home)
         return removed
 
     def _heartbeat(self) -> None:
@@ -503,13 +508,13 @@ class Scheduler:
     def _start_worker(
         self, args: list[str], log_path: Path, *, says: int | None = None
     ) -> subprocess.Popen[bytes]:
-        """A worker process; `says`: the write end of a spare's dispatching pipe."""
+        """A worker process; `says`: the write end of a spare's run-ended pipe."""
         # Spawned on the event loop's thread: the parent-death signal follows the thread
         # that forked, and this one lives as long as the process.
         spare = args[0] == "--warm"
         env = self._worker_env()
         if says is not None:
-            env[DISPATCHING_FD_ENV] = str(says)
+            env[ENDED_FD_ENV] = str(says)
         with open(open_private_append(log_path), "ab") as output:
             return subprocess.Popen(
                 [sys.executable, "-m", _WORKER_MODULE, *args],
@@ -549,15 +554,15 @@ class Scheduler:
         return spare
 
     def _hold_spare(self, says: int) -> None:
-        """Start no spare until the worker behind `says` is dispatching, or has ended (the
-        pipe is readable either way), or `SPARE_HOLD_MAX_SEC` passed."""
+        """Start no spare until the run of the worker behind `says` has ended, or the
+        worker has (the pipe is readable either way), or `SPARE_HOLD_MAX_SEC` passed."""
         self._end_hold()
         self._hold = (says, time.monotonic() + SPARE_HOLD_MAX_SEC)
         assert self._loop is not None
-        self._loop.add_reader(says, self._dispatching)
+        self._loop.add_reader(says, self._run_ended)
 
-    def _dispatching(self) -> None:
-        """The run handed to the last spare is dispatching (or its worker ended): start the
+    def _run_ended(self) -> None:
+        """The run handed to the last spare has ended (or its worker has): start the
         next spare now rather than at the next round."""
         self._end_hold()
         self.wake()
