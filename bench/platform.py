@@ -15,8 +15,10 @@ model (zero latency), measured in this one invocation, one after the other, `--r
             Target: platform / local <= 1.3 (issue 30).
 
 The platform's rollout server runs in the sandbox (its default), `eval run`'s does not: the
-sandbox's per-attempt accounting is part of the platform's figure. The load average is
-printed: 2 shared cores.
+sandbox's per-attempt accounting is part of the platform's figure. Each run starts once the
+platform's processes are quiet (`settle`: a run's worker, the warm spare it leaves behind), so
+neither side pays for what the other left running. The load average is printed: 2 shared
+cores.
 """
 
 from __future__ import annotations
@@ -94,6 +96,45 @@ def make_workspace(root: Path, attempts: int, concurrency: int, wall_rows: int =
     git("remote", "add", "origin", str(origin), cwd=tree)
     git("push", "-q", "-u", "origin", "main", cwd=tree)
     return tree
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by process `root` and its live descendants (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[int, float] = {}
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        pid = int(entry.name)
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        children.setdefault(int(fields[1]), []).append(pid)
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += used.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def settle(
+    server_pid: int, *, share: float = 0.05, window_s: float = 0.3, limit_s: float = 30.0
+) -> None:
+    """Wait until the platform's processes use under `share` of a core over `window_s`: what a
+    run left working (its warm spare importing the engine) would otherwise slow the next run
+    of either side."""
+    deadline = time.monotonic() + limit_s
+    last = tree_cpu_s(server_pid)
+    while time.monotonic() < deadline:
+        time.sleep(window_s)
+        now = tree_cpu_s(server_pid)
+        if now - last < share * window_s:
+            return
+        last = now
 
 
 def stamps(journal: Path) -> list[float]:
@@ -203,6 +244,7 @@ def main() -> None:
         try:
             osmosis("dataset", "upload", "data/bench.jsonl", "-y", cwd=tree, env=env)
             credentials = json.loads((root / "home" / "credentials.json").read_text())
+            server_pid = int(json.loads((root / "home" / "server.json").read_text())["pid"])
             with PlatformClient(credentials["platform_url"], credentials["token"]) as client:
                 # Wall times are taken with each side's environment built: the dispatch
                 # case's first runs build them, or else one untimed run of each does.
@@ -211,7 +253,9 @@ def main() -> None:
                     for case in plan if index == 0 else cases:
                         config = "wall" if case != "dispatch" else "bench"
                         name = f"{case}-{index}"
+                        settle(server_pid)
                         here = local_run(tree, env, config=config, name=name)
+                        settle(server_pid)
                         there = platform_run(tree, env, client, config=config)
                         runs.setdefault((case, "local"), []).append(here)
                         runs.setdefault((case, "platform"), []).append(there)
