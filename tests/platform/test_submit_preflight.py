@@ -44,3 +44,19 @@ def test_a_module_not_installed_here_is_a_warning_in_the_summary(running_platfor
         "the rollout's own dependencies)"
     )
     assert [warning.split(" needs ")[0] for warning in rest] == ["openai/fake-model"]
+
+
+def test_a_submit_imports_the_entrypoint_once_from_the_command_s_entry(running_platform, tmp_path):
+    # The import starts before typer parses the line (`submit_early`) and the command waits
+    # for that one: a second import would mean the command ignored it and started its own.
+    mark = tmp_path / "imports"
+    main = (
+        "if __name__ == '__osmosis_preflight__':\n"
+        f"    open({str(mark)!r}, 'a').write('imported\\n')\n" + SCRIPTED_MAIN
+    )
+    tree = eval_workspace(tmp_path, main=main)
+    env = running_platform.env
+    cli_json("dataset", "upload", "data/scripted.jsonl", "-y", env=env, cwd=tree)
+    submitted = cli_json("eval", "submit", CONFIG, "-y", env=env, cwd=tree)
+    assert submitted["resource"]["status"] == "pending"
+    assert mark.read_text() == "imported\n"

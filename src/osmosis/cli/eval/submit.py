@@ -642,6 +642,7 @@ def submit_command(
 
     With several --model, one run per model; with --wait, exit 1 when any run did not
     finish, 3 when any is below a gate."""
+    from osmosis.cli.eval import submit_early
     from osmosis.cli.eval.report import check_gate_options
     from osmosis.cli.output import CLIError, output
     from osmosis.cli.workspace import current_workspace
@@ -656,9 +657,10 @@ def submit_command(
         raise CLIError("; ".join(gate_problems), details={"problems": gate_problems})
     workspace = current_workspace()
     top = workspace.directory.resolve()
-    # Started before the rest of the command's imports and checks, which it overlaps; a
-    # config that fails them closes it unanswered.
-    early = early_preflight(config, top)
+    # Started before the rest of the command's imports and checks, which it overlaps (at
+    # the command's entry when the line allowed: `submit_early`); a config that fails them
+    # closes it unanswered.
+    early = submit_early.take(config) or early_preflight(config, top)
     try:
         from osmosis.cli.credentials import open_client, platform_errors
         from osmosis.cli.eval.estimate import submit_estimate
