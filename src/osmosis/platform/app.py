@@ -34,7 +34,7 @@ from osmosis.platform.api import (
 from osmosis.platform.core.body_limit import BodyLimit
 from osmosis.platform.core.crypto import KEY_ENV, SecretBox, SecretKeyError, load_secret_box
 from osmosis.platform.core.db import make_engine, make_session_factory, upgrade
-from osmosis.platform.core.db.engine import DatabaseUnavailable, safe_url
+from osmosis.platform.core.db.engine import DatabaseUnavailable, dispose_when_returned, safe_url
 from osmosis.platform.core.errors import install_error_handling
 from osmosis.platform.core.request_slots import RequestSlots, pool_size, use_threads
 from osmosis.platform.core.settings import Settings
@@ -76,11 +76,11 @@ def create_app(settings: Settings) -> FastAPI:
             f"cannot use the database at {safe_url(settings.database_url)}: {error.orig}"
         ) from None
     sessions = make_session_factory(engine)
-    bootstrap(sessions, settings)
-    recover_interrupted(sessions, settings)  # uploads a crash cut short end `error`
     try:
+        bootstrap(sessions, settings)
+        recover_interrupted(sessions, settings)  # uploads a crash cut short end `error`
         secret_box = _secret_box(sessions, settings)
-    except SecretKeyError:
+    except BaseException:  # SecretKeyError or any other: no app, so no open connection
         engine.dispose()
         raise
 
@@ -97,7 +97,9 @@ def create_app(settings: Settings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
             await scheduler.close()
-        engine.dispose()
+        # After the threads of cancelled tasks (a scheduler round, a late flush) give back
+        # their connections: one given back to a disposed pool would stay open.
+        await dispose_when_returned(engine)
 
     app = FastAPI(
         title="osmosis platform",

@@ -82,7 +82,11 @@ class Listener:
         import psycopg  # osmosis-eval[postgres]; only PostgreSQL platforms get here
 
         conn = psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_SEC)
-        conn.execute(f"LISTEN {CHANNEL}")
+        try:
+            conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:  # `_run` retries with a new one: this one must not stay open
+            conn.close()
+            raise
         return conn
 
     def _run(self) -> None:

@@ -17,14 +17,21 @@ identifiers are refused earlier, by the validation of each field; this catches t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Engine, QueuePool, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+logger = logging.getLogger("osmosis.platform.core.db")
+# How long a shutdown waits for the connections still in use to come back to the pool.
+RETURN_WAIT_SEC = 5.0
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -70,6 +77,39 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
     event.listen(engine, "connect", _sqlite_pragmas)
     event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
     return engine
+
+
+async def dispose_when_returned(engine: Engine, *, wait: float = RETURN_WAIT_SEC) -> int:
+    """Close every connection of `engine` once those in use are back in its pool (waiting at
+    most `wait` seconds); returns how many were still in use when it closed (0: none).
+
+    A task cancelled at shutdown does not stop the thread running its query (asyncio cannot
+    stop a thread): the thread returns its connection after the task is gone. `dispose()`
+    before that leaves the connection, returned later, open in the discarded pool until the
+    garbage collector finds it (PostgreSQL: an idle session of a stopped platform).
+
+    await dispose_when_returned(engine)   # the app's shutdown, after its tasks are cancelled
+    """
+    pool = engine.pool
+    deadline = time.monotonic() + wait
+    in_use = _in_use(pool)
+    while in_use and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+        in_use = _in_use(pool)
+    if in_use:
+        logger.warning(
+            "closing the database pool with %d connections still in use after %.0f s",
+            in_use,
+            wait,
+        )
+    engine.dispose()
+    return in_use
+
+
+def _in_use(pool: object) -> int:
+    # Only a QueuePool counts what it lent (on-disk SQLite and PostgreSQL use one); an
+    # in-memory SQLite keeps its one connection for the process.
+    return max(pool.checkedout(), 0) if isinstance(pool, QueuePool) else 0
 
 
 _POSTGRESQL_ALIASES = frozenset({"postgresql", "postgres"})
