@@ -298,7 +298,10 @@ class RunDirectory:
             slot = self._slot(record)
             if self.official_trials and slot is not None and self._offsets[slot] >= 0:
                 # A slot recorded again (a retry): the earlier attempt's rollout_trials/
-                # entry is a link to this file, and keeps its own bytes.
+                # entry is a link to this file, and keeps its own bytes: made first if the
+                # mirror thread (one, in order) has not got to it yet.
+                if self._mirrored is not None:
+                    self._mirrored.result()
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             # No fsync of its own: the journal's fsync is the commit point (module doc).

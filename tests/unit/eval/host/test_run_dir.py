@@ -317,6 +317,35 @@ def test_rollout_trials_link_each_trajectory_and_a_retry_keeps_the_earlier_ones_
     assert retried.stat().st_ino == kept.stat().st_ino
 
 
+async def test_rollout_trials_of_stored_attempts_are_all_there_and_a_retry_keeps_earlier_bytes(
+    tmp_path,
+):
+    # Through `store` (the writer thread hands each entry to the mirror thread): none is
+    # lost, and a retry of a slot whose earlier entry the mirror thread has not made yet does
+    # not hand the earlier entry the retry's bytes (it did, 2 runs in 3, before issue 30).
+    path = tmp_path / "evals" / "r1"
+
+    def said(row, message, **kwargs):
+        steps = [{"step_id": 1, "message": message}]
+        return _with_trajectory(attempt(row, 0, **kwargs), steps)
+
+    with RunDirectory.open(path, slots=Slots(rows=40, n=1), inputs=INPUTS, provenance={}) as run:
+        rows = range(1, 40)
+        await asyncio.gather(
+            *(run.store(said(row, f"row {row}", rollout_id=f"{row:032x}")) for row in rows)
+        )
+        await run.store(said(0, "first", status="failed", rollout_id="a" * 32))
+        await run.store(said(0, "again", rollout_id="b" * 32))
+    for row in rows:
+        mirrored = path / "rollout_trials" / f"{row:032x}" / "trajectory.json"
+        kept = path / "trajectories" / f"row_{row}_run_0.json"
+        assert mirrored.stat().st_ino == kept.stat().st_ino
+        assert json.loads(mirrored.read_text())["steps"][0]["message"] == f"row {row}"
+    for rollout_id, message in (("a" * 32, "first"), ("b" * 32, "again")):
+        mirrored = path / "rollout_trials" / rollout_id / "trajectory.json"
+        assert json.loads(mirrored.read_text())["steps"][0]["message"] == message
+
+
 def test_a_run_directory_without_official_trials_writes_no_rollout_trials(tmp_path):
     path = tmp_path / "evals" / "r1"
     with open_run(path, official_trials=False) as run:
