@@ -14,7 +14,9 @@ Cases (issue 18, and issue 11's replica rows):
   (b)  200 ms latency, concurrency 64, 500 attempts: dispatch time (first attempt's start to
        last attempt's end, from the journal) / ideal (attempts / concurrency x latency); the
        bare client's ratio beside it. Below it, an attempt's mean duration over the model's
-       latency against a bare call's: a mean of 500, steadier under load than the span.
+       latency against a bare call's: a mean of 500, steadier under load than the span. Then
+       the span told apart along the slot that ended last (issue 30): its attempts, the gaps
+       between them (a freed slot's hand-off to the next dispatch) and its start's skew.
   (c)  1 s latency, concurrency 512, 5,000 attempts: dispatch / ideal, and peak RSS of the
        engine and of the rollout server.
   (d)  rollout server peak RSS after 500 and after 10,000 attempts (0 ms, concurrency 64).
@@ -40,6 +42,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 # ruff: noqa: E402
 
 import argparse
+import heapq
 import json
 import os
 import statistics
@@ -105,7 +108,7 @@ async def main(url, calls, concurrency):
     dispatch = max(end for _, end in spans) - min(start for start, _ in spans)
     mean_ms = sum(end - start for start, end in spans) * 1000 / len(spans)
     print(json.dumps({"rate": calls / wall, "cpu_ms": cpu * 1000 / calls, "dispatch_s": dispatch,
-                      "mean_ms": mean_ms}))
+                      "mean_ms": mean_ms, "spans": spans}))
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 """
@@ -241,6 +244,7 @@ class EngineRun:
     rollout_cpu_ms: float
     dispatch_s: float
     mean_ms: float  # an attempt's mean duration, dispatch to result (the journal's duration_ms)
+    last_slot: LastSlot
     engine_peak_mib: float
     rollout_peak_mib: float
     load: tuple[float, float]
@@ -294,6 +298,7 @@ def run_engine(
         rollout_cpu_ms=rollout_ms,
         dispatch_s=max(ends) - min(starts),
         mean_ms=sum(r["duration_ms"] for r in records) / len(records),
+        last_slot=last_slot(list(zip(starts, ends, strict=True)), concurrency),
         engine_peak_mib=watch.peaks.get(process.pid, 0.0),
         rollout_peak_mib=max((watch.peaks[pid] for pid in servers), default=0.0),
         load=(load_before, os.getloadavg()[0]),
@@ -306,7 +311,49 @@ class BareRun:
     cpu_ms: float
     dispatch_s: float
     mean_ms: float  # a call's mean duration
+    last_slot: LastSlot
     load: tuple[float, float]
+
+
+@dataclass
+class LastSlot:
+    """The span from the first start to the last end, told apart along the concurrency slot
+    that ended last (issue 30): its first attempt's start after the run's first (`skew`), its
+    attempts' durations, and the gaps between one's end and the next one's start (the
+    hand-off of a freed slot to the next dispatch)."""
+
+    attempts: int
+    skew_ms: float
+    durations_ms: float
+    gaps_ms: float
+
+    def __str__(self) -> str:
+        each = self.durations_ms / self.attempts
+        return (
+            f"{self.attempts} x {each:.1f} ms + gaps {self.gaps_ms:.1f} ms"
+            f" + skew {self.skew_ms:.1f} ms"
+        )
+
+
+def last_slot(spans: list[tuple[float, float]], concurrency: int) -> LastSlot:
+    """Slots rebuilt from (start, end) stamps: each start past the first `concurrency` takes
+    the slot that freed earliest (what the engine's dispatch does)."""
+    ordered = sorted(spans)
+    first = ordered[0][0]
+    free = [(end, slot) for slot, (_, end) in enumerate(ordered[:concurrency])]
+    heapq.heapify(free)
+    chains = {slot: [span] for slot, span in enumerate(ordered[:concurrency])}
+    for start, end in ordered[concurrency:]:
+        _, slot = heapq.heappop(free)
+        chains[slot].append((start, end))
+        heapq.heappush(free, (end, slot))
+    chain = max(chains.values(), key=lambda chain: chain[-1][1])
+    return LastSlot(
+        attempts=len(chain),
+        skew_ms=(chain[0][0] - first) * 1000,
+        durations_ms=sum(end - start for start, end in chain) * 1000,
+        gaps_ms=sum(chain[i][0] - chain[i - 1][1] for i in range(1, len(chain))) * 1000,
+    )
 
 
 def run_bare(model: FakeModelServer, calls: int, concurrency: int) -> BareRun:
@@ -323,6 +370,7 @@ def run_bare(model: FakeModelServer, calls: int, concurrency: int) -> BareRun:
         figures["cpu_ms"],
         figures["dispatch_s"],
         figures["mean_ms"],
+        last_slot([(start, end) for start, end in figures["spans"]], concurrency),
         (load_before, os.getloadavg()[0]),
     )
 
@@ -403,6 +451,17 @@ def latency_case(
         f"+{over:.1f} ms",
         f"bare aiohttp call +{bare_over:.1f} ms",
         f"+{over - bare_over:.1f} ms over bare",
+        load,
+    )
+    # Which part of the span is the time between attempts (gaps), which their durations:
+    # the run of the median span, beside the bare client's of the median span.
+    mid = sorted(runs, key=lambda run: run.dispatch_s)[len(runs) // 2]
+    bare_mid = sorted(bares, key=lambda run: run.dispatch_s)[len(bares) // 2]
+    table.add(
+        f"{label}   slot that ended last (median run)",
+        str(mid.last_slot),
+        f"bare aiohttp {bare_mid.last_slot}",
+        f"{mid.dispatch_s / ideal:.3f}x",
         load,
     )
     return max(runs, key=lambda run: run.engine_peak_mib + run.rollout_peak_mib)
