@@ -100,11 +100,14 @@ async def keep_flushing(
     """Flush `uses` every `every` seconds until cancelled, then once more. A refused flush is
     logged (once until one succeeds) and tried again: it never reaches a request."""
     failing = False
+    flush: asyncio.Future[int] | None = None
     try:
         while True:
             await asyncio.sleep(every)
+            # Shielded: a cancel cannot stop the thread, and the end below waits for it.
+            flush = asyncio.ensure_future(asyncio.to_thread(uses.flush, sessions))
             try:
-                await asyncio.to_thread(uses.flush, sessions)
+                await asyncio.shield(flush)
             except Exception as error:
                 if not failing:
                     logger.warning(
@@ -120,9 +123,15 @@ async def keep_flushing(
                     logger.info("recorded when tokens were last used again")
                 failing = False
     finally:
-        # Shutting down: one last try, not waiting long on a database that is away.
+        # Shutting down: the flush under way ends first (its write must not land after the
+        # platform stopped), then one last try; both within LAST_FLUSH_SEC, not waiting long
+        # on a database that is away.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.to_thread(uses.flush, sessions), LAST_FLUSH_SEC)
+            async with asyncio.timeout(LAST_FLUSH_SEC):
+                if flush is not None:
+                    with contextlib.suppress(Exception):  # its uses are pending again
+                        await asyncio.shield(flush)
+                await asyncio.to_thread(uses.flush, sessions)
 
 
 def _brief(error: Exception) -> str:

@@ -67,7 +67,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -96,6 +96,8 @@ logger = logging.getLogger("osmosis.platform.worker.scheduler")
 
 POLL_SEC = 0.5
 SHUTDOWN_GRACE_SEC = 8.0
+# How long `close` waits for a query of the round it cancelled (asyncio cannot stop its thread).
+QUERY_WAIT_SEC = 5.0
 BACKOFF_FIRST_SEC = 1.0
 BACKOFF_MAX_SEC = 60.0
 # A lease not renewed for this share of its length may already be another worker's.
@@ -165,6 +167,10 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        # The threads of `_db` still running, and what to do with the result of one whose
+        # round was cancelled (`close` waits for them, then undoes what they did).
+        self._calls: set[asyncio.Future[Any]] = set()
+        self._late: list[tuple[asyncio.Future[Any], Callable[[Any], None]]] = []
         self._listener: notify.Listener | None = None
         self._metrics: MetricsServer | None = None  # OSMOSIS_METRICS_PORT
         self.warm = self.executes and settings.worker_warm
@@ -225,6 +231,10 @@ class Scheduler:
         Not SIGTERM, which a worker takes for `eval stop`: a server shutdown is not a user's
         decision to end the run. A kill leaves every unfinished attempt pending in the journal,
         which is what the resume picks up.
+
+        First the queries of the round it cancels end (their threads cannot be stopped; at
+        most `QUERY_WAIT_SEC`): none runs once `close` returns, and a registration or a
+        claim that ended late is given back with the rest.
         """
         if self._listener is not None:
             await asyncio.to_thread(self._listener.close)
@@ -234,6 +244,7 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self._end_calls()
         workers = [held.worker for held in self._held.values() if held.worker is not None]
         if self.spare is not None:
             workers.append(self.spare)
@@ -255,6 +266,29 @@ class Scheduler:
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.close)
             self._metrics = None
+
+    async def _end_calls(self) -> None:
+        """Wait (at most `QUERY_WAIT_SEC`) for the queries of the cancelled round, whose
+        threads go on: none must touch the database after `close`, and a registration or a
+        claim that ends late must be given back with the rest (or it lingers until its lease
+        runs out, listed as live by `server status`)."""
+        calls = set(self._calls)
+        if calls:
+            _, running = await asyncio.wait(calls, timeout=QUERY_WAIT_SEC)
+            if running:
+                logger.warning(
+                    "%d queries of the run scheduler still run after %.0f s; stopping without "
+                    "them (what they record is left to its lease)",
+                    len(running),
+                    QUERY_WAIT_SEC,
+                )
+        late, self._late = self._late, []
+        for call, take in late:
+            if call.done() and not call.cancelled() and call.exception() is None:
+                take(call.result())
+        for call in calls:  # retrieved, or asyncio logs "exception was never retrieved"
+            if call.done() and not call.cancelled():
+                call.exception()
 
     def _give_back(self, held: dict[str, _Held]) -> None:
         if self.process_id is None:
@@ -280,7 +314,7 @@ class Scheduler:
         now = time.monotonic()
         beat = False
         if self.process_id is None:
-            self.process_id = await self._db(self._register)
+            self.process_id = await self._db(self._register, late=self._registered_late)
             self._heartbeat_due = now + self._renew_every
         elif now >= self._heartbeat_due:
             beat = True
@@ -303,9 +337,27 @@ class Scheduler:
             except Exception as error:  # the next sweep tries again
                 logger.warning("cannot remove stale git mirrors: %s", _brief(error))
 
-    async def _db(self, work: Callable[[], T]) -> T:
+    async def _db(self, work: Callable[[], T], *, late: Callable[[T], None] | None = None) -> T:
+        """`work()` in a thread; `late(result)`: what `close` does with a result that came
+        after the round was cancelled."""
         # Off the event loop: an API process's requests never wait on the scheduler's queries.
-        return await asyncio.to_thread(work)
+        # Shielded, so the thread's end stays known to `close` when the round is cancelled.
+        call = asyncio.ensure_future(asyncio.to_thread(work))
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if late is not None:
+                self._late.append((call, late))
+            raise
+
+    def _registered_late(self, process_id: str) -> None:
+        self.process_id = process_id  # so that `close` marks it stopped
+
+    def _claimed_late(self, claims: list[leases.Claim]) -> None:
+        for claim in claims:  # no worker: `close` gives them back to the queue
+            self._held[claim.run_id] = _Held(epoch=claim.epoch, renewed=time.monotonic())
 
     def _register(self) -> str:
         limit = self._settings.worker_max_runs or None
@@ -406,7 +458,9 @@ class Scheduler:
             if await self._db(lambda: self._disk_is_low(room)):
                 return
             excluded = {run_id for run_id, wait in self._not_now.items() if wait.due > now}
-            claims = await self._db(lambda: self._claim_runs(room, excluded))
+            claims = await self._db(
+                lambda: self._claim_runs(room, excluded), late=self._claimed_late
+            )
         except Exception as error:
             delay = self._claim_backoff.fail(now)
             logger.warning(
@@ -675,7 +729,10 @@ class Scheduler:
                 # Its sandbox died with it; what the rollout wrote there did not (a full
                 # outbox would fill the disk again on resume). The run is still ours: no
                 # other engine uses its directory.
-                await asyncio.to_thread(remove_stale, run_dir(self._settings, run_id) / _TRIALS)
+                trials = run_dir(self._settings, run_id) / _TRIALS
+                # Tracked, as a query is: once `close` gave the run back, a resumed worker
+                # writes there.
+                await self._db(lambda: remove_stale(trials))  # noqa: B023
             try:
                 await self._db(lambda: self._settle(run_id, run.epoch, code))  # noqa: B023
             except Exception as error:
