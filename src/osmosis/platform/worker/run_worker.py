@@ -35,7 +35,8 @@ decides what is recorded, and any worker that takes the run over later resumes f
 - SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
   the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
   stays `running` with its unfinished attempts pending, and the next start resumes it.
-- `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, then
+- `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, and
+  probes the sandbox and compiles its shim (`_warm_sandbox`), then
   reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`). Once the run's
   status is written it says so on the pipe the scheduler gave it (`ENDED_FD_ENV`),
   which then starts the next spare: its imports (~1 s of CPU) no longer compete with this
@@ -184,6 +185,7 @@ def _warm_main() -> int:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     _warm_orm()
+    _warm_sandbox()
     says = _ended_pipe()
     ready = utcnow()
     line = sys.stdin.readline()
@@ -237,6 +239,26 @@ def _warm_orm() -> None:
     from sqlalchemy.orm import configure_mappers
 
     configure_mappers()
+
+
+def _warm_sandbox() -> None:
+    """Do ahead what a sandboxed run's start would, that does not change between runs: the
+    bwrap probe (its answer is kept while the binary is the same file, unchanged:
+    `probe_sandbox`) and the shim's bytecode (kept per version of the file: `shim_bytecode`).
+    What fails here is left for the run to meet, and report."""
+    try:
+        settings = Settings.from_env()
+    except Exception:  # the run reads them again and says what is wrong
+        return
+    if not settings.sandbox or settings.executor == "ray":
+        return
+    from osmosis.eval.sites.sandbox.layout import shim_bytecode
+    from osmosis.eval.sites.sandbox.site import SHIM_SOURCE
+    from osmosis.eval.sites.sandbox.support import probe_sandbox
+
+    probe_sandbox(settings.sandbox_bwrap)  # a failed answer is not kept: the run probes again
+    with contextlib.suppress(OSError, SyntaxError):
+        shim_bytecode(SHIM_SOURCE)
 
 
 def _take_output(settings: Settings, run_id: str) -> None:
@@ -317,6 +339,8 @@ class _Worker:
         env = {KEY_ENV: settings.secret_key} if settings.secret_key else {}
         self.box = load_secret_box(settings.home, env=env)
         self.claimed = False
+        self.workspace: Workspace | None = None
+        """The run's workspace as the claim read it (its budget and network)."""
         self.session_started = utcnow()  # this worker's share of the run's active time
         store = open_store(settings)
         self.store = store if isinstance(store, ObjectBlobStore) else None
@@ -378,13 +402,10 @@ class _Worker:
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> None:
-        if not self._claim():
+        run = self._claim()
+        if run is None:
             self.exit_code = TEMPFAIL
             return
-        with self.sessions() as db:
-            run = db.get(EvalRun, self.run_id)
-            assert run is not None
-            db.expunge(run)
         try:
             outcome = await self._execute(run)
         except Exception as error:  # a bug of ours: say so on the run rather than vanish
@@ -398,9 +419,10 @@ class _Worker:
         # the hand-off), not at the first dispatch, where its imports slowed the attempts.
         self.ended()
 
-    def _claim(self) -> bool:
+    def _claim(self) -> EvalRun | None:
         """Take up the scheduler's claim, if it still holds: a run stopped or taken over
-        meanwhile is left alone."""
+        meanwhile is left alone (None). The run and its workspace are read in the claim's
+        transaction: a session less on the way to the rollout server's start (issue 30)."""
         with self.sessions() as db:
             claim = update(EvalRun).where(*holds(self.run_id, self.epoch))
             result = db.execute(claim.values(worker_pid=os.getpid()))
@@ -410,10 +432,14 @@ class _Worker:
                 .where(*holds(self.run_id, self.epoch), EvalRun.started_at.is_(None))
                 .values(started_at=utcnow())
             )
+            run = db.get(EvalRun, self.run_id) if claimed else None
+            if run is not None:
+                self.workspace = db.get(Workspace, run.workspace_id)
             db.commit()
-        self.claimed = bool(claimed)
+            db.expunge_all()
+        self.claimed = run is not None
         self.session_started = utcnow()
-        return self.claimed
+        return run
 
     async def _execute(self, run: EvalRun) -> _Outcome:
         if _run_dir_busy(self.dir):
@@ -441,9 +467,7 @@ class _Worker:
                 await resyncing
         except (CheckoutError, PlatformError, OSError) as error:
             return self._failed(f"cannot prepare the run: {describe(error)}")
-        with self.sessions() as db:
-            workspace = db.get(Workspace, run.workspace_id)
-            budget = run_budget(evaluation, self.settings, workspace=workspace, log=self.log)
+        budget = run_budget(evaluation, self.settings, workspace=self.workspace, log=self.log)
         options = RunOptions(
             name=run.id,
             output=runs_root(self.settings),
@@ -610,8 +634,7 @@ class _Worker:
                 level="warning",
             )
             return LocalSiteSpec(base_env=clean_base_env(os.environ, home=home, user=_user()))
-        with self.sessions() as db:
-            network = sandbox_network(db.get(Workspace, run.workspace_id), self.settings)
+        network = sandbox_network(self.workspace, self.settings)
         policy = SandboxPolicy(
             network=cast(NetworkMode, network),
             limits=SandboxLimits(

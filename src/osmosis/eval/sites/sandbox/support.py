@@ -4,13 +4,15 @@
     support.available, support.reason, support.fix  # (False, "bwrap: setting up uid map…", "…")
 
 The probe runs the same namespaces a rollout gets (user, PID, IPC, UTS, network, mount) around
-`/bin/true`; it costs ~50 ms and its answer is cached per binary. The platform refuses to start
-when it fails (unless the sandbox is off), `osmosis doctor` and `server status` report it.
+`/bin/true`; it costs ~10-50 ms. A working answer is kept per binary for the process's life (a
+platform worker's warm spare probes before it takes a run: `run_worker._warm_main`), and asked
+again when the file at that path is another one or was rewritten since; a failed answer is never
+kept (the fix it names is tried at the next call). The platform refuses to start when it fails
+(unless the sandbox is off), `osmosis doctor` and `server status` report it.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -79,8 +81,41 @@ def find_bwrap(explicit: Path | None = None) -> Path | None:
 
 
 def probe_sandbox(bwrap: Path | None = None) -> SandboxSupport:
-    """Find bwrap and check it can create the sandbox's namespaces (cached per binary)."""
-    return _probe(find_bwrap(bwrap))
+    """Find bwrap and check it can create the sandbox's namespaces: a working answer is kept
+    while the binary is the same file, unchanged (`_identity`); a failed one is not."""
+    found = find_bwrap(bwrap)
+    identity = _identity(found)  # before the probe: a binary replaced during it is re-probed
+    known = _working.get(identity) if identity is not None else None
+    if known is not None:
+        return known
+    support = _probe(found)
+    if identity is not None and support.available:
+        _working[identity] = support
+    return support
+
+
+_working: dict[tuple[str, int, int, int, int, int], SandboxSupport] = {}
+"""Working answers, by the binary's identity (`_identity`)."""
+
+
+def _identity(bwrap: Path | None) -> tuple[str, int, int, int, int, int] | None:
+    """What tells a binary from another one at the same path, or from itself rewritten: its
+    path, device, inode, size, and modification and change times; None when it cannot be
+    read (the probe then says why)."""
+    if bwrap is None:
+        return None
+    try:
+        info = os.stat(bwrap)
+    except OSError:
+        return None
+    return (
+        str(bwrap),
+        info.st_dev,
+        info.st_ino,
+        info.st_size,
+        info.st_mtime_ns,
+        info.st_ctime_ns,
+    )
 
 
 def namespace_flags(*, disable_userns: bool) -> list[str]:
@@ -106,7 +141,6 @@ def namespace_flags(*, disable_userns: bool) -> list[str]:
     return flags
 
 
-@functools.cache
 def _probe(bwrap: Path | None) -> SandboxSupport:
     if bwrap is None:
         return SandboxSupport(
