@@ -9,6 +9,7 @@ Map (one module per command, plus what several of them share):
 | `dataset.py` | `eval run` without a local data file: the platform's dataset, cached |
 | `rubric.py` | `eval rubric`: LLM-as-judge scores over recorded attempts |
 | `submit.py`, `wait.py` | `eval submit [--wait]`: a platform run, and following it to its end |
+| `preflight.py` | the entrypoint's pre-flight import in a child interpreter (`eval submit`) |
 | `submit_early.py` | `eval submit`'s pre-flight import, started at the command's entry |
 | `run_secrets.py` | where a platform run's secrets come from (`submit`, `retry`) |
 | `runs.py` | `eval list`, `logs`, `stop`, `retry` |

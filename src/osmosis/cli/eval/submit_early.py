@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from osmosis.cli.eval.submit import Preflight
+    from osmosis.cli.eval.preflight import Preflight
 
 # `eval submit` options, and the global options that leave the pre-flight alone.
 _FLAGS = frozenset({"-y", "--yes", "--wait", "--json", "--plain"})
@@ -44,7 +44,7 @@ def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
         config = _config(argv, environ)
         if config is None:
             return
-        from osmosis.cli.eval.submit import early_preflight
+        from osmosis.cli.eval.preflight import early_preflight
 
         preflight = early_preflight(config, config.parents[2])
     except Exception:  # an unreadable path, a link loop: the command starts its own

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.cli.eval.submit import early_preflight
+from osmosis.cli.eval.preflight import early_preflight
 
 MARKING = "from pathlib import Path\nPath({mark!r}).write_text('imported')\n"
 
