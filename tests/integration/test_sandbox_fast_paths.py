@@ -23,13 +23,12 @@ import pytest
 import uvloop
 
 from osmosis.eval.model.bridge_http import AsgiServer
-from osmosis.eval.results.redact import Redactor
-from osmosis.eval.sites.environment import prepare_environment
 from osmosis.eval.sites.sandbox import SandboxPolicy
 from osmosis.eval.sites.sandbox.layout import compile_shim
 from osmosis.eval.sites.sandbox.network import BridgeForwarder
-from osmosis.eval.sites.sandbox.site import SHIM_SOURCE, SandboxEndpoint, SandboxSite
+from osmosis.eval.sites.sandbox.site import SHIM_SOURCE, SandboxEndpoint
 from osmosis.eval.sites.sandbox.support import SandboxUnavailable
+from tests.integration.test_sandbox import site_for
 
 
 async def _who_asked(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -147,7 +146,7 @@ def test_without_a_usable_bwrap_the_site_says_so_and_leaves_nothing_behind(tmp_p
     (rollout / "main.py").write_text(textwrap.dedent(GRACEFUL))
     not_bwrap = tmp_path / "bwrap"
     not_bwrap.write_text("not a program")  # not executable
-    site = _site(rollout, tmp_path, [], SandboxPolicy(bwrap=not_bwrap))
+    site = site_for(rollout, tmp_path, [], SandboxPolicy(bwrap=not_bwrap))
     before = set(Path(tempfile.gettempdir()).glob("osmosis-sbx-*"))
 
     with pytest.raises(SandboxUnavailable, match="is not an executable file"):
@@ -184,7 +183,7 @@ def test_a_sandbox_running_the_compiled_shim_serves_and_stops_its_server_gracefu
     rollout.mkdir(parents=True)
     (rollout / "main.py").write_text(textwrap.dedent(GRACEFUL))
     lines: list[str] = []
-    site = _site(rollout, tmp_path, lines, SandboxPolicy())
+    site = site_for(rollout, tmp_path, lines)
 
     async def main() -> None:
         await site.start(1)
@@ -206,19 +205,3 @@ def test_a_sandbox_running_the_compiled_shim_serves_and_stops_its_server_gracefu
 
 def _commands(pids: list[int]) -> list[list[bytes]]:
     return [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids]
-
-
-def _site(rollout: Path, tmp_path: Path, lines: list[str], policy: SandboxPolicy) -> SandboxSite:
-    return SandboxSite(
-        prepare_environment(rollout, cache_root=tmp_path / "envs", log=lines.append),
-        rollout,
-        "main.py",
-        env={},
-        trials_root=tmp_path / "run" / "rollout_trials",
-        log=lines.append,
-        redactor=Redactor([]),
-        policy=policy,
-        workspace=rollout.parent.parent,
-        bridge_url="http://127.0.0.1:45999/v1",
-        bridge_address=("127.0.0.1", 45999),
-    )

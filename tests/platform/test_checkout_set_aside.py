@@ -8,7 +8,6 @@ from pathlib import Path
 
 from osmosis.platform.worker.checkout import (
     RepoLimits,
-    checkout,
     checkout_path,
     delete_set_aside,
     inputs_path,
@@ -16,19 +15,12 @@ from osmosis.platform.worker.checkout import (
     remove_set_aside,
     set_aside_checkout,
 )
-from tests.platform.test_repo_limits import WORKSPACE, origin_with
+from tests.platform import test_repo_limits
+from tests.platform.test_repo_limits import origin_with
 
 
 def check_out(home: Path, origin: str, commit: str) -> Path:
-    tree = checkout(
-        home,
-        workspace_id=WORKSPACE,
-        origin_url=origin,
-        commit_sha=commit,
-        run_id="run1",
-        log=lambda line: None,
-        limits=RepoLimits(max_bytes=0, max_files=0),
-    )
+    tree = test_repo_limits.check_out(home, origin, commit, RepoLimits(max_bytes=0, max_files=0))
     inputs = inputs_path(home, "run1")
     inputs.mkdir(parents=True, exist_ok=True)
     (inputs / "bench.jsonl").write_text('{"user_prompt": "hi"}\n')

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -32,17 +31,9 @@ from osmosis.platform.worker import leases
 from osmosis.platform.worker.scheduler import Scheduler
 from tests.platform.databases import Databases
 from tests.platform.test_roles_leases import World
+from tests.platform.test_shutdown_connections import within
 
 RELEASE_AFTER_SEC = 0.5
-
-
-def _within(seconds: float, check: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @contextmanager
@@ -123,7 +114,7 @@ def test_a_platform_stopped_while_registering_is_not_listed_as_live(tmp_path, da
         with _table_locked(settings, "platform_processes") as release:
             with TestClient(app):
                 # The scheduler's first query, registering this process, waits on the lock.
-                assert _within(30, lambda: engine.pool.checkedout() == 1)
+                assert within(30, lambda: engine.pool.checkedout() == 1)
                 registered = app.state.scheduler.process_id
                 timer = _released_later(release)  # once the platform is stopping
             timer.join()
@@ -146,14 +137,14 @@ async def test_no_query_of_the_scheduler_runs_after_close(tmp_path, databases: D
         with _table_locked(settings, "platform_processes") as release:
             await scheduler.start()
             checked_out = lambda: engine.pool.checkedout() == 1  # noqa: E731
-            assert await asyncio.to_thread(_within, 30, checked_out)
+            assert await asyncio.to_thread(within, 30, checked_out)
             timer = _released_later(release)
             await scheduler.close()
             stopped.set()
             in_use = engine.pool.checkedout()
             await asyncio.to_thread(timer.join)
             # Time for a query left running to land (none must).
-            await asyncio.to_thread(_within, 10, lambda: engine.pool.checkedout() == 0)
+            await asyncio.to_thread(within, 10, lambda: engine.pool.checkedout() == 0)
         assert in_use == 0, "close() returned while a query of the scheduler still ran"
         assert late == [], f"the scheduler wrote after close(): {late}"
         status = await asyncio.to_thread(platform_status, settings)
@@ -179,7 +170,7 @@ async def test_a_stopped_flusher_has_written_the_use_its_cancelled_flush_held(
         with _table_locked(settings, "api_tokens") as release:
             flusher = asyncio.create_task(keep_flushing(uses, sessions, every=0.01))
             checked_out = lambda: engine.pool.checkedout() == 1  # noqa: E731
-            assert await asyncio.to_thread(_within, 30, checked_out)  # the flush is blocked
+            assert await asyncio.to_thread(within, 30, checked_out)  # the flush is blocked
             assert len(uses) == 0  # its batch is taken
             flusher.cancel()
             timer = _released_later(release)
@@ -192,7 +183,7 @@ async def test_a_stopped_flusher_has_written_the_use_its_cancelled_flush_held(
                 assert written is not None
                 last_used = written.last_used_at
             await asyncio.to_thread(timer.join)
-            await asyncio.to_thread(_within, 10, lambda: engine.pool.checkedout() == 0)
+            await asyncio.to_thread(within, 10, lambda: engine.pool.checkedout() == 0)
         assert in_use == 0, "the flusher ended while its flush still ran"
         assert last_used is not None, "the use was not written when the flusher ended"
         assert [sql for sql in late if sql.lstrip().startswith("UPDATE")] == []
@@ -216,7 +207,7 @@ async def test_a_run_claimed_as_the_worker_stopped_is_given_back(tmp_path, datab
     scheduler = Scheduler(sessions, settings)
     try:
         await scheduler.start()
-        assert await asyncio.to_thread(_within, 30, lambda: scheduler.process_id is not None)
+        assert await asyncio.to_thread(within, 30, lambda: scheduler.process_id is not None)
         # The next claim waits on the lock (PostgreSQL: the claims' own lock); the run it
         # then finds is pending again.
         pending = f"UPDATE eval_runs SET status = 'pending' WHERE id = '{run_id}'"
@@ -225,12 +216,12 @@ async def test_a_run_claimed_as_the_worker_stopped_is_given_back(tmp_path, datab
         )
         with holding as release:
             checked_out = lambda: engine.pool.checkedout() == 1  # noqa: E731
-            assert await asyncio.to_thread(_within, 30, checked_out)
+            assert await asyncio.to_thread(within, 30, checked_out)
             timer = _released_later(release)
             await scheduler.close()
             await asyncio.to_thread(timer.join)
             # Time for a claim left running to land (none must).
-            await asyncio.to_thread(_within, 10, lambda: engine.pool.checkedout() == 0)
+            await asyncio.to_thread(within, 10, lambda: engine.pool.checkedout() == 0)
         run = world.run(run_id)
         assert run.status == "running"  # claimed, as the worker stopped
         assert run.claimed_by is None, "the run stays held by a stopped worker"

@@ -18,7 +18,7 @@ from osmosis.platform import create_app
 from tests.platform.databases import Databases
 
 
-def _within(seconds: float, check: Callable[[], bool]) -> bool:
+def within(seconds: float, check: Callable[[], bool]) -> bool:
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
@@ -58,8 +58,8 @@ def test_a_platform_stopped_mid_query_closes_the_connection_that_query_gives_bac
             listening = "query LIKE 'LISTEN%%'"  # the notify listener's session
             with TestClient(app):
                 try:
-                    assert _within(30, lambda: sessions("wait_event_type = 'Lock'") == 1)
-                    assert _within(30, lambda: sessions(listening) == 1)
+                    assert within(30, lambda: sessions("wait_event_type = 'Lock'") == 1)
+                    assert within(30, lambda: sessions(listening) == 1)
                 except BaseException:
                     blocker.commit()  # or the shutdown would wait for the query forever
                     raise
@@ -67,14 +67,14 @@ def test_a_platform_stopped_mid_query_closes_the_connection_that_query_gives_bac
                 def release_once_stopping() -> None:
                     # The listener closes first as the platform stops; the query finishes
                     # after that, while the rest of the shutdown goes on.
-                    _within(30, lambda: sessions(listening) == 0)
+                    within(30, lambda: sessions(listening) == 0)
                     time.sleep(0.5)
                     blocker.commit()
 
                 release = threading.Thread(target=release_once_stopping)
                 release.start()
             release.join()
-            assert _within(10, lambda: sessions() == 0), "a stopped platform left a session open"
+            assert within(10, lambda: sessions() == 0), "a stopped platform left a session open"
     finally:
         gc.enable()
         app.state.engine.dispose()
