@@ -23,6 +23,8 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from osmosis.cli.early_line import read_line
+
 # `eval run` options that change nothing of the rollout server's launch.
 _FLAGS = frozenset({"-y", "--yes", "--verbose", "--retry-failed", "--upload"})
 _VALUED = frozenset(
@@ -33,7 +35,6 @@ _VALUED = frozenset(
 )  # fmt: skip
 # Of those, the values that keep the one local server: anything else changes the site.
 _ONLY = {"--replicas": "1", "--executor": "local"}
-_MODES = frozenset({"--json", "--plain"})  # global flags that change only the output
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _BUILD_INPUTS = ("pyproject.toml", "uv.lock", "uv.toml", ".python-version", "setup.py", "setup.cfg")
 
@@ -83,31 +84,14 @@ def _early(
 ) -> tuple[Path, str, dict[str, str], str | None, Path] | None:
     """(rollout dir, absolute entrypoint, [env], default name or None, run dir) of the one
     local server the line will start, or None when that is not certain now."""
-    args = [arg for arg in argv if arg not in _MODES]
-    if args[:2] != ["eval", "run"] or environ.get("OSMOSIS_ENV_FILE"):
+    line = read_line(argv, ("eval", "run"), flags=_FLAGS, valued=_VALUED, environ=environ)
+    # --yes: no user code runs before the user said yes.
+    if line is None or not line.flags & {"-y", "--yes"}:
         return None
-    positional: list[str] = []
-    values: dict[str, list[str]] = {}
-    yes = False
-    items = iter(args[2:])
-    for arg in items:
-        if not arg.startswith("-"):
-            positional.append(arg)
-            continue
-        flag, has_value, inline = arg.partition("=")
-        if flag in _FLAGS and not has_value:
-            yes = yes or flag in ("-y", "--yes")
-        elif flag in _VALUED:
-            value = inline if has_value else next(items, None)
-            if value is None or _ONLY.get(flag, value) != value:
-                return None
-            values.setdefault(flag, []).append(value)
-        else:  # --sandbox, --output, --help, --replay-from, --estimate, --env-file, --, ...
-            return None
-    if not yes or len(positional) != 1 or len(values.get("--model", [])) > 1:
-        return None
-    config = Path(positional[0]).resolve()
-    if config.suffix != ".toml" or config.parent.parts[-2:] != ("configs", "eval"):
+    values, config = line.values, line.config
+    if len(values.get("--model", [])) > 1 or any(
+        value != _ONLY[flag] for flag in _ONLY for value in values.get(flag, [])
+    ):
         return None
     workspace = config.parents[2]
     with config.open("rb") as handle:

@@ -22,11 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from osmosis.cli.early_line import read_line
+
 if TYPE_CHECKING:
     from osmosis.cli.eval.preflight import Preflight
 
-# `eval submit` options, and the global options that leave the pre-flight alone.
-_FLAGS = frozenset({"-y", "--yes", "--wait", "--json", "--plain"})
+# `eval submit` options that leave the pre-flight alone (`--json`, `--plain`: `early_line`).
+_FLAGS = frozenset({"-y", "--yes", "--wait"})
 _VALUED = frozenset(
     {"--secrets-file", "--min-pass-rate", "--min-mean-reward", "--model", "-n", "--limit",
      "--cache", "--replay-from", "--platform", "--workspace"}
@@ -81,23 +83,5 @@ def end() -> None:
 
 def _config(argv: Sequence[str], environ: Mapping[str, str]) -> Path | None:
     """The resolved config of a plain `eval submit CONFIG ...` line, else None."""
-    args = [arg for arg in argv if arg not in ("--json", "--plain")]
-    if args[:2] != ["eval", "submit"] or environ.get("OSMOSIS_ENV_FILE"):
-        return None
-    positional: list[str] = []
-    items = iter(args[2:])
-    for arg in items:
-        if not arg.startswith("-"):
-            positional.append(arg)
-            continue
-        flag, has_value, _ = arg.partition("=")
-        if flag in _FLAGS and not has_value:
-            continue
-        if flag not in _VALUED or (not has_value and next(items, None) is None):
-            return None  # --help, --env-file, --, an unknown option: the command decides
-    if len(positional) != 1:
-        return None
-    config = Path(positional[0]).resolve()
-    if config.suffix != ".toml" or config.parent.parts[-2:] != ("configs", "eval"):
-        return None
-    return config
+    line = read_line(argv, ("eval", "submit"), flags=_FLAGS, valued=_VALUED, environ=environ)
+    return line.config if line is not None else None
