@@ -5,8 +5,9 @@
 1. Throughput: the same `osmosis eval run` (one model call per attempt, scripted model at 0 ms
    latency) with and without `--sandbox`, alternated `--rounds` times; attempts/s over the
    dispatch window (first attempt's start to last attempt's end, from the journal), so
-   start-up is left out. Every engine <-> rollout byte then goes through the shim and every
-   model call through the shim and the bridge forwarder. Target (issue 30): sandboxed >= 0.95x.
+   start-up is left out. Every connection, engine -> rollout and rollout -> bridge, is then
+   made by the shim and handed over (SCM_RIGHTS): its bytes no longer pass through any
+   process in between. Target (issue 30): sandboxed >= 0.95x.
    Beside it, CPU ms per attempt of each process (the engine, the shim, the rollout server),
    between the 10th and the 90th percentile of recorded attempts: steadier than attempts/s
    on shared cores, and it says which process the sandbox's cost lands on.

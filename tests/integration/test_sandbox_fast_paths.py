@@ -1,5 +1,5 @@
-"""What makes the sandbox cheap keeps it correct (issue 30): the bridge answers the sandbox's
-socket itself, and the shim runs as bytecode compiled for the rollout's interpreter.
+"""What makes the sandbox cheap keeps it correct (issue 30): the bridge answers the connections
+handed to it itself, and the shim runs as bytecode compiled for the rollout's interpreter.
 
 Real sockets, a real `AsgiServer` (the bridge's HTTP server), real bwrap and rollout servers.
 """
@@ -29,6 +29,7 @@ from osmosis.eval.sites.sandbox.network import BridgeForwarder
 from osmosis.eval.sites.sandbox.site import SHIM_SOURCE, SandboxEndpoint
 from osmosis.eval.sites.sandbox.support import SandboxUnavailable
 from tests.integration.test_sandbox import site_for
+from tests.unit.eval.sites.test_bridge_forwarder import open_handed_over
 
 
 async def _who_asked(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -41,7 +42,7 @@ async def _who_asked(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 async def _get_over(path: Path) -> dict[str, Any]:
-    reader, writer = await asyncio.open_unix_connection(str(path))
+    reader, writer = await open_handed_over(path)
     writer.write(b"GET /v1/x HTTP/1.1\r\nhost: bridge\r\nconnection: close\r\n\r\n")
     answer = await asyncio.wait_for(reader.read(), 10)
     writer.close()
@@ -60,22 +61,22 @@ async def _listen(server: AsgiServer) -> int:
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the engine runs on uvloop
-def test_the_bridge_in_the_engines_loop_answers_the_sandbox_socket_without_a_tcp_hop(
-    tmp_path, loop
-):
+def test_the_bridge_in_the_engines_loop_answers_a_handed_over_connection_itself(tmp_path, loop):
     async def main() -> None:
         bridge = AsgiServer(_who_asked)  # type: ignore[arg-type]
         port = await _listen(bridge)
-        socket_path = tmp_path / "bridge.sock"
+        socket_path = tmp_path / "handoff.sock"
         forwarder = await BridgeForwarder.start(socket_path, "127.0.0.1", port)
         try:
-            # No TCP connection was made to reach it: no client address.
+            # The handed-over socket itself, with no second connection made to reach it: a
+            # socket pair's, so no client address.
             assert await _get_over(socket_path) == {"client": None}
             await bridge.stop()
             # A bridge that stopped is not reached through the socket any more.
-            reader, writer = await asyncio.open_unix_connection(str(socket_path))
+            reader, writer = await open_handed_over(socket_path)
             writer.write(b"GET /v1/x HTTP/1.1\r\nhost: bridge\r\n\r\n")
-            with contextlib.suppress(ConnectionResetError):  # an end of file, or a reset
+            # An end of file, or a reset (a broken pipe: closed before the request was written)
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                 assert await asyncio.wait_for(reader.read(), 10) == b""
             writer.close()
         finally:
@@ -104,7 +105,7 @@ def test_a_bridge_in_another_event_loop_is_still_reached_over_its_tcp_port(tmp_p
 
     async def main() -> None:
         port = await asyncio.wrap_future(ready)
-        socket_path = tmp_path / "bridge.sock"
+        socket_path = tmp_path / "handoff.sock"
         forwarder = await BridgeForwarder.start(socket_path, "127.0.0.1", port)
         try:
             answer = await _get_over(socket_path)

@@ -1,12 +1,14 @@
 """The sandbox's network shim on its own (no bubblewrap): real sockets on loopback, a real child.
 
 The shim runs as inside a sandbox (`python -I -S shim.py --listen-fd … -- python …`); the test
-plays the engine (a Unix listening socket handed over), the rollout server (the child) and the
-bridge (a Unix socket server).
+plays the engine (a Unix listening socket handed over, connections handed back), the rollout
+server (the child) and the bridge (a Unix socket that takes connections handed to it, or one
+that serves relayed ones, as an environment build's package proxy does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import resource
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from osmosis.eval.sites.sandbox.site import SHIM_SOURCE
+from osmosis.rollout.http1 import ConnectFailed, Http1Client, stream_socket
 
 # The rollout server: serves one connection on the rollout port, reading it to its end of file
 # (the engine's half-close), calls the bridge through the shim, then answers with what it got,
@@ -58,8 +61,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def bridge_server(path: Path) -> Iterator[list[bytes]]:
-    """A Unix socket server answering each connection `pong:` + what it read to its end."""
+def bridge_server(path: Path, *, handoff: bool = False) -> Iterator[list[bytes]]:
+    """A Unix socket server answering each connection `pong:` + what it read to its end (with
+    `handoff`: each connection handed to it)."""
     heard: list[bytes] = []
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -71,6 +75,13 @@ def bridge_server(path: Path) -> Iterator[list[bytes]]:
                 connection, _ = listener.accept()
             except OSError:
                 return
+            if handoff:
+                with connection:
+                    _, fds, _, _ = socket.recv_fds(connection, 1, 1)
+                handed = stream_socket(fds)
+                assert handed is not None
+                handed.setblocking(True)
+                connection = handed
             with connection:
                 data = b""
                 while chunk := connection.recv(65536):
@@ -103,28 +114,43 @@ def shim(
     )
 
 
-def test_the_shim_relays_both_ways_passes_half_closes_and_exits_with_the_server(tmp_path):
-    """5 MB in and 3 MB out between the engine's Unix socket and the server's TCP port, a model
-    call out to the bridge's socket, each end of file passed on while the other direction
-    still answers; the shim exits with the server's code."""
+def take_connection(path: Path) -> socket.socket:
+    """What the engine does with its Unix socket: the connection to the server handed back."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as via:
+        via.settimeout(30)
+        via.connect(str(path))
+        _, fds, _, _ = socket.recv_fds(via, 1, 1)
+    sock = stream_socket(fds)
+    assert sock is not None, "no connection was handed over"
+    sock.settimeout(30)
+    return sock
+
+
+@pytest.mark.parametrize("bridge", ["handoff", "relay"])
+def test_the_engine_gets_the_servers_connection_and_the_bridge_the_rollouts(tmp_path, bridge):
+    """5 MB in and 3 MB out between the engine and the server's TCP port over the socket the
+    shim handed over, a model call out to the bridge's socket (handed over too, or relayed as
+    an environment build's), each end of file passed on while the other direction still
+    answers, all of the answer though the server exited right after it; the shim exits with
+    the server's code."""
     engine_path = tmp_path / "engine.sock"
     engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     engine.bind(str(engine_path))
     engine.listen(16)
     port, bridge_port = free_port(), free_port()
     payload = os.urandom(5_000_000)
-    with bridge_server(tmp_path / "bridge.sock") as heard, shim(
+    option = "--handoff-socket" if bridge == "handoff" else "--bridge-socket"
+    with bridge_server(tmp_path / "bridge.sock", handoff=bridge == "handoff") as heard, shim(
         engine,
         "--rollout-port", str(port), "--bridge-port", str(bridge_port),
-        "--bridge-socket", str(tmp_path / "bridge.sock"),
+        option, str(tmp_path / "bridge.sock"),
         child=[sys.executable, "-c", ROLLOUT, str(port), str(bridge_port)],
     ) as process:  # fmt: skip
         engine.close()  # the shim holds its own copy, as the sandbox site does
         assert process.stdout is not None
         assert process.stdout.readline() == b"listening\n"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.settimeout(30)
-            client.connect(str(engine_path))
+        with take_connection(engine_path) as client:
+            assert client.family == socket.AF_INET  # the server's own TCP connection
             client.sendall(payload)
             client.shutdown(socket.SHUT_WR)
             reply = b""
@@ -139,8 +165,11 @@ def test_the_shim_relays_both_ways_passes_half_closes_and_exits_with_the_server(
     assert code == 3
 
 
-def test_a_connection_before_the_server_listens_is_closed_so_the_engine_retries(tmp_path):
-    """Nothing on the rollout port yet: the engine's connection is closed at once, not held."""
+def test_a_connection_before_the_server_listens_is_a_failed_connect_so_the_engine_retries(
+    tmp_path,
+):
+    """Nothing on the rollout port yet: the engine's connection is closed at once with nothing
+    handed over, not held, and the rollout client sees a failed connect (safe to repeat)."""
     engine_path = tmp_path / "engine.sock"
     engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     engine.bind(str(engine_path))
@@ -156,6 +185,16 @@ def test_a_connection_before_the_server_listens_is_closed_so_the_engine_retries(
                 client.settimeout(10)
                 client.connect(str(engine_path))
                 assert client.recv(10) == b""
+
+            async def request() -> None:
+                client = Http1Client("http://rollout", unix_socket=str(engine_path), handoff=True)
+                try:
+                    with pytest.raises(ConnectFailed, match=f"cannot connect to {engine_path}"):
+                        await client.request("GET", "/health", timeout=10)
+                finally:
+                    await client.aclose()
+
+            asyncio.run(request())
         finally:
             process.kill()
 

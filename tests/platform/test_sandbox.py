@@ -175,9 +175,10 @@ def test_a_hostile_rollout_reaches_nothing_of_the_platform(tmp_path, server, key
     assert max(found["pids"]) < 10, found["pids"]
     assert found["environ_leaks"] == []
     assert all(v.startswith("denied: ProcessLookupError") for v in found["host_pids"].values())
-    # Network: the API port is not reachable, the only socket is the bridge's.
+    # Network: the API port is not reachable, the only socket is the bridge's hand-over one
+    # (it takes connected stream sockets only: tests/integration/test_sandbox_handoff.py).
     assert all(v.startswith("denied") for v in found["tcp"].values()), found["tcp"]
-    assert found["sockets"] == {"/run/osmosis/bridge/bridge.sock": "ok: connected"}
+    assert found["sockets"] == {"/run/osmosis/bridge/handoff.sock": "ok: connected"}
     assert found["routes"] == []  # `bridge`: no interface but loopback
     # Environment: the operator's variables and the platform's settings are absent.
     env = found["env"]

@@ -9,10 +9,11 @@ It carries the two exchanges every attempt makes several times (the engine's rol
 protocol calls and a rollout's policy calls to the bridge), where aiohttp spent ~0.25 ms of
 CPU per request and this spends ~0.03 ms (`bench/engine.py`; the server side gets cheaper
 too, as head and body leave in one write). It speaks plain HTTP or TLS over TCP, or HTTP
-over a Unix socket, and reads any response framing (`Content-Length`, chunked, or until
-the server closes). It has no proxy support, cookies, redirects, compression or
-connection limits: the callers need none of them (the bridge's provider calls, which may,
-stay on aiohttp).
+over a Unix socket, or over a connection a Unix socket hands over (`handoff`: the sandbox's
+shim connects to the server and passes that socket, so no process copies the bytes), and
+reads any response framing (`Content-Length`, chunked, or until the server closes). It has
+no proxy support, cookies, redirects, compression or connection limits: the callers need
+none of them (the bridge's provider calls, which may, stay on aiohttp).
 
 Failures are sorted the way a caller must decide whether to send a request again:
 `ConnectFailed` (nothing was sent: safe to repeat), `TransportFailed` (the request may have
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import socket
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +41,7 @@ __all__ = [
     "Reply",
     "TransportFailed",
     "encode_headers",
+    "stream_socket",
 ]
 
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
@@ -236,6 +240,11 @@ class Exchange:
 class Http1Client:
     """Requests to one server (`base_url`'s scheme, host and port; or `unix_socket`).
 
+    With `handoff`, the process at `unix_socket` does not serve the connection itself: it
+    sends a connected socket to the server back over it (one byte, SCM_RIGHTS), and that
+    socket carries the requests. It closes the connection with nothing sent when it cannot
+    reach the server: a failed connect.
+
     `keepalive_sec` is how long an idle connection is reused: keep it below the server's
     own keep-alive timeout (uvicorn's default is 5 s), so a request never lands on a
     connection the server is closing.
@@ -246,6 +255,7 @@ class Http1Client:
         base_url: str,
         *,
         unix_socket: str | None = None,
+        handoff: bool = False,
         keepalive_sec: float = 2.0,
         connect_timeout: float = 10.0,
         max_body: int = DEFAULT_MAX_BODY,
@@ -263,7 +273,10 @@ class Http1Client:
             "latin-1"
         )
         self.base_path = parts.path.rstrip("/")
+        if handoff and unix_socket is None:
+            raise ValueError("handoff needs the unix_socket that hands connections over")
         self._unix_socket = unix_socket
+        self._handoff = handoff
         self._keepalive = keepalive_sec
         self._connect_timeout = connect_timeout
         self._max_body = max_body
@@ -347,7 +360,10 @@ class Http1Client:
 
         try:
             async with asyncio.timeout(self._connect_timeout):
-                if self._unix_socket is not None:
+                if self._unix_socket is not None and self._handoff:
+                    sock = await _handed_over(loop, self._unix_socket)
+                    _, protocol = await loop.create_connection(factory, sock=sock)
+                elif self._unix_socket is not None:
                     _, protocol = await loop.create_unix_connection(factory, self._unix_socket)
                 else:
                     _, protocol = await loop.create_connection(
@@ -377,6 +393,64 @@ class Http1Client:
     def _discard(self, connection: _Connection) -> None:
         self._busy.discard(connection)
         connection.abort()
+
+
+async def _handed_over(loop: asyncio.AbstractEventLoop, path: str) -> socket.socket:
+    """The connected socket the process at the Unix socket `path` sends (`Http1Client`'s
+    `handoff`); `OSError` when it sends none or not a connected stream socket."""
+    via = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        via.setblocking(False)
+        await loop.sock_connect(via, path)
+        try:
+            # It connects first, then sends: the message is seldom in already.
+            message = socket.recv_fds(via, 1, 1, socket.MSG_CMSG_CLOEXEC)
+        except BlockingIOError:
+            readable = loop.create_future()
+            loop.add_reader(via.fileno(), _settle, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(via.fileno())
+            message = socket.recv_fds(via, 1, 1, socket.MSG_CMSG_CLOEXEC)
+    finally:
+        via.close()
+    sock = stream_socket(message[1])
+    if sock is None:
+        raise ConnectionRefusedError("no connection was handed over")
+    return sock
+
+
+def stream_socket(fds: list[int]) -> socket.socket | None:
+    """The socket of the one descriptor a peer passed (SCM_RIGHTS) if it is a connected stream
+    socket; anything else (another kind of file, a listening or an unconnected socket, a
+    datagram socket) and any further descriptor is closed: None."""
+    for extra in fds[1:]:
+        os.close(extra)
+    if not fds:
+        return None
+    try:
+        sock = socket.socket(fileno=fds[0])
+    except OSError:  # not a socket
+        os.close(fds[0])
+        return None
+    try:
+        if (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM
+            and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            and sock.getpeername() is not None  # OSError (ENOTCONN) when not connected
+        ):
+            sock.setblocking(False)
+            return sock
+    except OSError:
+        pass
+    sock.close()
+    return None
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _within(

@@ -86,12 +86,15 @@ class RolloutClient:
         api_key: str | None = None,
         transport_retries: int = 3,
         unix_socket: str | os.PathLike[str] | None = None,
+        handoff: bool = False,
     ) -> None:
         self._base_url = base_url.rstrip("/")
-        # A sandboxed server is reached through a Unix socket; `base_url` then only names it.
+        # A sandboxed server is reached through a Unix socket (`handoff`: its shim passes a
+        # connection to the server, `Http1Client`); `base_url` then only names it.
         self._http = Http1Client(
             self._base_url,
             unix_socket=os.fspath(unix_socket) if unix_socket is not None else None,
+            handoff=handoff,
         )
         self._auth = encode_headers({"Authorization": f"Bearer {api_key}"}) if api_key else b""
         self._transport_retries = transport_retries

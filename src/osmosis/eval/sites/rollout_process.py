@@ -477,10 +477,11 @@ class RolloutProcess:
     def _http(self) -> Http1Client:
         # The project's lean client, not httpx: httpx's import pulls in its own command line
         # (rich, click, pygments), ~0.2 s of a short run's start. No proxy: loopback, or the
-        # sandboxed server's Unix socket.
+        # sandboxed server's Unix socket, whose shim hands a connection over.
         return Http1Client(
             self._health_url,
             unix_socket=str(self.socket_path) if self.socket_path else None,
+            handoff=self.socket_path is not None,
             connect_timeout=_HEALTH_REQUEST_SEC,
         )
 

@@ -161,7 +161,8 @@ class Launch:
     preexec: Callable[[], None] | None = None
     """Runs in the child before exec, after the parent-death hook (joining a cgroup)."""
     socket_path: Path | None = None
-    """Where the server answers when not on `127.0.0.1:port`: a Unix socket."""
+    """Where the server is reached when not on `127.0.0.1:port`: a Unix socket that hands a
+    connection to it over (the sandbox's shim; `Http1Client`'s `handoff`)."""
     started: Callable[[int], None] | None = None
     """Called in the parent with the child's pid right after the spawn."""
     terminate: Callable[[int], None] | None = None

@@ -21,7 +21,7 @@ their own paths, as `pyvenv.cfg` names them. Visible, in this order:
 - read-write: the run's outbox (each attempt's `trajectory.json` and `artifacts/`);
 - fresh: `/proc` of the sandbox's own PID namespace, a minimal `/dev`, tmpfs `/tmp`
   (size-capped) and `HOME` (`/home/rollout`), `/run/osmosis/` with the shim and the bridge's
-  socket directory (read-only).
+  hand-over socket directory (read-only).
 
 Nothing else of the host exists inside: no `/sys`, `/run`, `/var`, `/root`, `/home`, no other
 checkout, run, environment or the platform's home.
@@ -45,7 +45,7 @@ SANDBOX_RUN = "/run/osmosis"
 SHIM_PATH = f"{SANDBOX_RUN}/shim.py"
 SHIM_COMPILED_PATH = f"{SANDBOX_RUN}/shim.pyc"
 BRIDGE_DIR = f"{SANDBOX_RUN}/bridge"
-BRIDGE_SOCKET = f"{BRIDGE_DIR}/bridge.sock"
+HANDOFF_SOCKET = f"{BRIDGE_DIR}/handoff.sock"  # the shim hands the bridge connections here
 SANDBOX_USER = "rollout"
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_VENV = "/venv"
@@ -319,7 +319,7 @@ def _within(path: Path, outer: Path) -> bool:
 
 
 __all__ = [
-    "BRIDGE_SOCKET",
+    "HANDOFF_SOCKET",
     "SANDBOX_HOME",
     "SANDBOX_OUTBOX",
     "SANDBOX_RUN",

@@ -1,14 +1,17 @@
-"""The host side of a sandbox's network: the bridge's Unix socket, and slirp4netns for `full`.
+"""The host side of a sandbox's network: the bridge's hand-over socket, and slirp4netns for `full`.
 
-    forwarder = await BridgeForwarder.start(socket_dir / "bridge.sock", "127.0.0.1", 41234)
+    forwarder = await BridgeForwarder.start(socket_dir / "handoff.sock", "127.0.0.1", 41234)
     ...                         # each sandbox's shim connects to it (bound read-only inside)
     await forwarder.stop()
 
-`BridgeForwarder` listens on a Unix socket and hands every connection to the model bridge: to
-the bridge's own server when it runs in this event loop (`bridge_http.serving`: the bridge
-answers the socket itself, with no second hop), else forwarded to the bridge's TCP address,
-in the engine's event loop. Either way the sandbox reaches that one server and nothing else,
-and the bridge's token still guards every call.
+`BridgeForwarder` listens on a Unix socket to which the sandbox's shim hands each connection
+the rollout makes to the bridge's port inside (one byte, the TCP socket's descriptor in
+SCM_RIGHTS), and gives that socket to the model bridge: to the bridge's own server when it
+runs in this event loop (`bridge_http.serving`: the bridge answers the rollout's socket
+itself, with no process between them), else forwarded to the bridge's TCP address, in the
+engine's event loop. Either way the sandbox reaches that one server and nothing else, and the
+bridge's token still guards every call. The rollout can reach the hand-over socket too: only
+a connected stream socket is taken, one per connection, and anything else is closed.
 
 `Slirp` gives a sandbox's network namespace a user-mode NAT to the outside world
 (`network = "full"`), started with `--disable-host-loopback`: the host's 127.0.0.1, where the
@@ -23,6 +26,7 @@ import fcntl
 import os
 import select
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -30,31 +34,100 @@ from pathlib import Path
 from typing import cast
 
 from osmosis.eval.model.bridge_http import LISTEN_BACKLOG, serving
+from osmosis.rollout.http1 import stream_socket
 
 _SLIRP_READY_SEC = 10.0
+_ACCEPT_BATCH = 64  # hand-overs taken per readiness of the listener, so the loop moves on
+_ACCEPT_RETRY_SEC = 1.0  # a listener that failed to accept rests this long (as asyncio's)
+_HANDOFF_WAIT_SEC = 10.0  # the shim sends at once: a silent connection is not the shim's
 _LOOPBACK_WAIT_SEC = 5.0
 
 
 class BridgeForwarder:
-    """A Unix-socket listener whose connections reach the bridge at `host:port`."""
+    """A Unix socket whose handed-over connections reach the bridge at `host:port`."""
 
     def __init__(self, host: str, port: int, path: Path) -> None:
         self.host = host
         self.port = port
         self.path = path
-        self._server: asyncio.AbstractServer | None = None
-        self._connections: set[_Side] = set()  # the sandbox's side of each
+        self._listener: socket.socket | None = None
+        self._waiting: dict[socket.socket, asyncio.TimerHandle] = {}  # no message in yet
+        self._adopting: set[asyncio.Task[None]] = set()
+        self._connections: set[_Side] = set()  # the sandbox's side of each forwarded one
 
     @classmethod
     async def start(cls, path: Path, host: str, port: int) -> BridgeForwarder:
         forwarder = cls(host, port, path)
-        # Every rollout of every sandbox connects here; asyncio's default backlog (100)
-        # refuses a Unix connection past it, where TCP would queue it.
-        forwarder._server = await asyncio.get_running_loop().create_unix_server(
-            forwarder._accepted, path=str(path), backlog=LISTEN_BACKLOG
-        )
-        os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.setblocking(False)
+            listener.bind(str(path))
+            os.chmod(path, 0o666)  # the sandbox's user maps to ours, but needs write to connect
+            # Every rollout of every sandbox connects here; a Unix socket refuses a connection
+            # past its backlog, where TCP would queue it.
+            listener.listen(LISTEN_BACKLOG)
+        except BaseException:
+            listener.close()
+            raise
+        forwarder._listener = listener
+        asyncio.get_running_loop().add_reader(listener.fileno(), forwarder._accept)
         return forwarder
+
+    def _accept(self) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                via, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Out of descriptors, say: the rest wait in the backlog, and the listener
+                # rests instead of spinning.
+                loop.remove_reader(listener.fileno())
+                loop.call_later(_ACCEPT_RETRY_SEC, self._listen_again)
+                return
+            via.setblocking(False)
+            self._receive(via)
+
+    def _listen_again(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+
+    def _receive(self, via: socket.socket) -> None:
+        """Take the descriptor `via` carries (waiting for it if it is not in yet), and close
+        `via`: one hand-over per connection."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, fds, _, _ = socket.recv_fds(via, 1, 1, socket.MSG_CMSG_CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            if via not in self._waiting:
+                loop.add_reader(via.fileno(), self._receive, via)
+                self._waiting[via] = loop.call_later(_HANDOFF_WAIT_SEC, self._drop, via)
+            return
+        except OSError:
+            fds = []
+        self._drop(via)
+        sock = stream_socket(fds)
+        if sock is not None:
+            task = loop.create_task(self._adopt(sock))
+            self._adopting.add(task)
+            task.add_done_callback(self._adopting.discard)
+
+    def _drop(self, via: socket.socket) -> None:
+        timer = self._waiting.pop(via, None)
+        if timer is not None:
+            timer.cancel()
+            asyncio.get_running_loop().remove_reader(via.fileno())
+        via.close()
+
+    async def _adopt(self, sock: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(self._accepted, sock)
+        except OSError:
+            sock.close()
 
     def _accepted(self) -> asyncio.Protocol:
         # Looked up per connection: the bridge may start after the sandbox (its address is
@@ -80,14 +153,16 @@ class BridgeForwarder:
         side.join(upstream)
 
     async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+            listener.close()
+        for via in list(self._waiting):
+            self._drop(via)
+        for task in list(self._adopting):
+            task.cancel()
         for side in list(self._connections):
             side.close(abort=True)
-        if server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2.0)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

@@ -5,31 +5,42 @@ which may be an `osmosis-ai` venv without our package, so it imports the standar
 and keeps to syntax every supported Python reads.
 
     python -I -S shim.py --listen-fd 3 --rollout-port 8000 \\
-        --bridge-port 41234 --bridge-socket /run/osmosis/bridge/bridge.sock \\
+        --bridge-port 41234 --handoff-socket /run/osmosis/bridge/handoff.sock \\
         --rlimit FSIZE=1073741824 -- python main.py
 
 The sandbox has a network namespace of its own with only a loopback, so the rollout server
 still binds `127.0.0.1:$_OSMOSIS_ROLLOUT_PORT` and calls the bridge at the rollout-scoped URL on
-`127.0.0.1:<bridge port>`, unchanged. The shim joins that loopback to the engine:
+`127.0.0.1:<bridge port>`, unchanged. The shim joins that loopback to the engine by handing
+connected sockets over (SCM_RIGHTS, one byte of payload), never by copying their bytes:
 
 - engine -> rollout: the engine listens on a Unix socket outside the sandbox and hands the
-  listening descriptor over (`--listen-fd`); each connection accepted on it is forwarded to
-  `127.0.0.1:<rollout port>`. The socket's path is never visible inside, so the rollout cannot
-  swap it for a link to another socket.
-- rollout -> bridge: the shim listens on `127.0.0.1:<bridge port>` and forwards each
-  connection to the bridge's Unix socket, bound read-only into the sandbox.
+  listening descriptor over (`--listen-fd`). For each connection accepted on it the shim
+  connects to `127.0.0.1:<rollout port>` and sends that TCP socket back over the accepted
+  connection; the engine speaks HTTP on it directly. A connect that fails (the server is not
+  up yet) closes the Unix connection with nothing sent: the engine sees a failed connect and
+  retries. The socket's path is never visible inside, so the rollout cannot swap it for a link
+  to another socket.
+- rollout -> bridge: the shim listens on `127.0.0.1:<bridge port>` and sends each accepted
+  connection to the engine's hand-over socket (`--handoff-socket`, bound read-only into the
+  sandbox), where the bridge serves it.
 
-An environment build uses the second half alone (no `--listen-fd`): its uv reaches the package
-proxy's socket through `127.0.0.1:<port>` (`package_index`).
+The shim is then out of the path: a relay cost every message a hop through this process, on
+cores the engine and the rollout share (`bench/sandbox.py`, both alternated on 2 shared cores:
+sandboxed / unsandboxed attempts/s 0.80-0.85x with the relay, 0.87-0.92x with hand-overs,
+whose shim spends no measurable CPU per attempt where the relay spent 0.06-0.09 ms). What an
+exited server had sent is in the engine's own socket already.
+
+An environment build uses the second half alone, with a relay (`--bridge-socket`, no
+`--listen-fd`): its uv reaches the package proxy's socket through `127.0.0.1:<port>`
+(`package_index`), which is no event loop of the engine's to take sockets over.
 
 It starts the rollout server as its child with the given resource limits (`--rlimit NAME=N`,
 soft limit; the hard limit is set a little above so a signal comes first), forwards SIGTERM
 and SIGINT to it, and exits with its status (128 + signal number when a signal killed it).
 
-Every byte between the engine and the rollout, and every model call, passes here, and its start
-runs beside the rollout server's own on the same cores: so it is one `selectors` loop over
-non-blocking sockets, with no asyncio, argparse or subprocess (~100 ms of imports under load,
-and a task and a stream per direction of every connection).
+Its start runs beside the rollout server's own on the same cores: so it is one `selectors`
+loop over non-blocking sockets, with no asyncio, argparse or subprocess (~100 ms of imports
+under load).
 """
 
 from __future__ import annotations
@@ -52,14 +63,21 @@ _CHUNK = 256 * 1024
 _BACKLOG = 2048
 _ACCEPT_BATCH = 64  # connections taken per readiness of a listener, so no side starves
 _ACCEPT_RETRY_SEC = 1.0  # a listener that failed to accept rests this long (as asyncio's)
-_UNIX_CONNECT_SEC = 10.0  # a full backlog on the engine's side: wait for room, not forever
+_UNIX_CONNECT_SEC = 10.0  # a full backlog on the host's side: wait for room, not forever
 _DRAIN_SEC = 1.0  # how long the shim passes on what an exited server had sent
 _QUIET_SEC = 0.05  # no traffic for this long: nothing more is coming from the exited server
 _HARD_MARGIN = {"CPU": 5}  # seconds between SIGXCPU (soft) and SIGKILL (hard)
-_OPTIONS = ("--listen-fd", "--rollout-port", "--bridge-port", "--bridge-socket", "--rlimit")
+_OPTIONS = (
+    "--listen-fd",
+    "--rollout-port",
+    "--bridge-port",
+    "--bridge-socket",
+    "--handoff-socket",
+    "--rlimit",
+)
 _USAGE = (
     "usage: shim.py [--listen-fd FD --rollout-port PORT] [--bridge-port PORT "
-    "--bridge-socket PATH] [--rlimit NAME=N ...] -- COMMAND ..."
+    "(--handoff-socket | --bridge-socket) PATH] [--rlimit NAME=N ...] -- COMMAND ..."
 )
 
 
@@ -75,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         rollout_port = _single_int(options, "--rollout-port")
         bridge_port = _single_int(options, "--bridge-port")
         bridge_socket = options.get("--bridge-socket", [None])[-1]
+        handoff_socket = options.get("--handoff-socket", [None])[-1]
     except _UsageError as error:
         sys.stderr.write(f"{_USAGE}\nosmosis-sandbox-shim: error: {error}\n")
         return 2
@@ -92,13 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     if child is not None:
         relay.watch_child(child)
         engine_side = socket.socket(fileno=listen_fd)
-        relay.listen(engine_side, ("tcp", ("127.0.0.1", rollout_port)))
-    if bridge_port and bridge_socket:
+        relay.listen(engine_side, ("connect", ("127.0.0.1", rollout_port)))
+    bridge_target = ("pass", handoff_socket) if handoff_socket else ("unix", bridge_socket)
+    if bridge_port and bridge_target[1]:
         bridge_side = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         bridge_side.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         bridge_side.bind(("127.0.0.1", bridge_port))
         bridge_side.listen(_BACKLOG)
-        relay.listen(bridge_side, ("unix", bridge_socket))
+        relay.listen(bridge_side, bridge_target)
     if child is None:
         child = _spawn(command, limits)
         relay.watch_child(child)
@@ -222,10 +242,10 @@ def _ready_fd() -> int | None:
 
 
 class _End:
-    """One socket of a forwarded connection: what is waiting to be written to it (read from
-    its peer), whether it has sent its end of file, whether it has been sent one."""
+    """One socket of a relayed connection: what is waiting to be written to it (read from its
+    peer), whether it has sent its end of file, whether it has been sent one."""
 
-    __slots__ = ("connecting", "eof_in", "events", "peer", "pending", "shut_out", "sock")
+    __slots__ = ("eof_in", "events", "peer", "pending", "shut_out", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -233,12 +253,12 @@ class _End:
         self.pending = b""
         self.eof_in = False
         self.shut_out = False
-        self.connecting = False
         self.events = 0
 
 
 class _Relay:
-    """Listeners, forwarded connections and the child's exit, on one selector."""
+    """Listeners, connections being handed over or relayed, and the child's exit, on one
+    selector."""
 
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
@@ -278,8 +298,9 @@ class _Relay:
         self.selector.register(read, selectors.EVENT_READ, ("wake", None))
 
     def run(self, pid: int) -> int:
-        """Forward until the child exits, then pass on what it had sent (its last answer may
-        still be on its way): its wait status."""
+        """Serve until the child exits, then pass on what it had sent through a relay (its
+        last answer may still be on its way): its wait status. A handed-over connection needs
+        no such care: the kernel delivers what the server wrote to the engine's socket."""
         while True:
             status = _reaped(pid)
             if status is not None:
@@ -290,6 +311,8 @@ class _Relay:
                     self._accept(key.fileobj, target)  # type: ignore[arg-type]
                 elif kind == "wake":
                     _drain(self._wake_read)
+                elif kind == "connecting":
+                    self._connected(key.fileobj, target)  # type: ignore[arg-type]
                 else:
                     self._ready(target, mask)
         for sock in self.listeners:
@@ -313,9 +336,10 @@ class _Relay:
 
     # -- connections -------------------------------------------------------------------------
     def _accept(self, listener: socket.socket, target: tuple[str, object]) -> None:
+        kind, address = target
         for _ in range(_ACCEPT_BATCH):
             try:
-                downstream, _address = listener.accept()
+                accepted, _address = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -325,53 +349,56 @@ class _Relay:
                 self._resting[listener] = (time.monotonic() + _ACCEPT_RETRY_SEC, target)
                 return
             try:
-                upstream = self._connect(target)
-                if upstream is not None:
-                    downstream.setblocking(False)
-                    if downstream.family == socket.AF_INET:
-                        downstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if kind == "connect":
+                    self._connect(accepted, address)  # type: ignore[arg-type]
+                elif kind == "pass":
+                    _pass(accepted, address)  # type: ignore[arg-type]
+                else:
+                    self._join(accepted, address)  # type: ignore[arg-type]
             except OSError:
-                upstream = None
-            if upstream is None:
-                downstream.close()  # nothing listens yet (the server is starting): retried
-                continue
-            near, far = _End(downstream), upstream
-            near.peer, far.peer = far, near
-            self._update(near)
-            self._update(far)
+                accepted.close()  # the caller sees its connection closed
 
-    def _connect(self, target: tuple[str, object]) -> _End | None:
-        family, address = target
-        if family == "tcp":
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _connect(self, engine: socket.socket, address: tuple[str, int]) -> None:
+        """Connect to the rollout server for a connection the engine made on its Unix socket:
+        once connected, the socket goes to the engine over it. Nothing listens yet (the server
+        is starting): the engine's connection is closed, and it retries."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
-        code = sock.connect_ex(address)  # type: ignore[arg-type]
-        if code == errno.EAGAIN and family == "unix":
-            # The bridge's backlog is full (a Unix socket refuses at once where TCP queues):
-            # wait for room, as TCP would.
-            sock.settimeout(_UNIX_CONNECT_SEC)
-            try:
-                sock.connect(address)  # type: ignore[arg-type]
-                code = 0
-            except OSError:
-                code = errno.ECONNREFUSED
-            sock.setblocking(False)
-        end = _End(sock)
+        code = sock.connect_ex(address)
         if code in (errno.EINPROGRESS, errno.EWOULDBLOCK):
-            end.connecting = True
-        elif code != 0:
+            self.selector.register(sock, selectors.EVENT_WRITE, ("connecting", engine))
+        elif code == 0:
+            _hand_over(engine, sock)
+        else:
             sock.close()
-            return None
-        return end
+            engine.close()
+
+    def _connected(self, sock: socket.socket, engine: socket.socket) -> None:
+        self.selector.unregister(sock)
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+            _hand_over(engine, sock)
+        else:
+            sock.close()
+            engine.close()
+
+    def _join(self, downstream: socket.socket, path: str) -> None:
+        """Relay a connection to the Unix socket at `path` (an environment build's)."""
+        sock = _unix_connect(path)
+        if sock is None:
+            downstream.close()  # nothing listens: the caller sees its connection closed
+            return
+        downstream.setblocking(False)
+        downstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        near, far = _End(downstream), _End(sock)
+        near.peer, far.peer = far, near
+        self._update(near)
+        self._update(far)
 
     def _ready(self, end: _End, mask: int) -> None:
         peer = end.peer
         assert peer is not None
         try:
-            if mask == selectors.EVENT_READ and not (end.eof_in or peer.pending or end.connecting):
+            if mask == selectors.EVENT_READ and not (end.eof_in or peer.pending):
                 # Most events: a message passed on whole, and nothing else changes.
                 data = end.sock.recv(_CHUNK)
                 if data:
@@ -387,11 +414,6 @@ class _Relay:
                     return
                 end.eof_in = True
                 mask = 0  # the end of file is handled below
-            if end.connecting and mask & selectors.EVENT_WRITE:
-                error = end.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if error:
-                    raise OSError(error, os.strerror(error))
-                end.connecting = False
             if mask & selectors.EVENT_WRITE and end.pending:
                 self._send(end, end.pending)
             if mask & selectors.EVENT_READ and not end.eof_in:
@@ -403,7 +425,7 @@ class _Relay:
             for side in (end, peer):
                 other = side.peer
                 assert other is not None
-                if other.eof_in and not side.pending and not side.shut_out and not side.connecting:
+                if other.eof_in and not side.pending and not side.shut_out:
                     side.shut_out = True
                     side.sock.shutdown(socket.SHUT_WR)  # half-close: the answer may still come
         except (BlockingIOError, InterruptedError):
@@ -419,9 +441,6 @@ class _Relay:
 
     def _send(self, end: _End, data: bytes) -> None:
         """Write `data` to `end`, keeping what the socket does not take now."""
-        if end.connecting:
-            end.pending += data
-            return
         try:
             sent = end.sock.send(data)
         except (BlockingIOError, InterruptedError):
@@ -430,13 +449,13 @@ class _Relay:
 
     def _update(self, end: _End) -> None:
         """Read from a side only while its peer has nothing left to write (flow control both
-        ways); write to it while something waits for it or it is still connecting."""
+        ways); write to it while something waits for it."""
         peer = end.peer
         assert peer is not None
         events = 0
-        if not end.eof_in and not peer.pending and not end.connecting and not peer.connecting:
+        if not end.eof_in and not peer.pending:
             events |= selectors.EVENT_READ
-        if end.pending or end.connecting:
+        if end.pending:
             events |= selectors.EVENT_WRITE
         if events == end.events:
             return
@@ -456,6 +475,49 @@ class _Relay:
                 self.selector.unregister(side.sock)
                 side.events = 0
             side.sock.close()
+
+
+def _unix_connect(path: str) -> socket.socket | None:
+    """A non-blocking connection to the Unix socket at `path`; None if nothing listens."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    code = sock.connect_ex(path)
+    if code == errno.EAGAIN:
+        # The listener's backlog is full (a Unix socket refuses at once where TCP queues):
+        # wait for room, as TCP would.
+        sock.settimeout(_UNIX_CONNECT_SEC)
+        try:
+            sock.connect(path)
+            code = 0
+        except OSError:
+            code = errno.ECONNREFUSED
+        sock.setblocking(False)
+    if code != 0:
+        sock.close()
+        return None
+    return sock
+
+
+def _pass(sock: socket.socket, path: str) -> None:
+    """Hand a connection the rollout made to the engine's hand-over socket at `path`."""
+    via = _unix_connect(path)
+    if via is None:
+        sock.close()  # nothing listens: the rollout sees its connection closed
+    else:
+        _hand_over(via, sock)
+
+
+def _hand_over(via: socket.socket, sock: socket.socket) -> None:
+    """Send `sock` over the Unix connection `via` (one byte, the descriptor beside it in
+    SCM_RIGHTS, a C int), then close both: the receiver's copy is the connection now."""
+    try:
+        fd = sock.fileno().to_bytes(4, sys.byteorder)
+        via.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd)])
+    except OSError:
+        pass  # the receiver hung up: its side of the connection is gone with it
+    finally:
+        via.close()
+        sock.close()
 
 
 def _reaped(pid: int) -> int | None:

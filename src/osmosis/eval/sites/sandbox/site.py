@@ -17,8 +17,10 @@ sandbox itself):
   `osmosis.eval.sites.sandbox.layout`, a clean environment, inside a cgroup with the policy's
   limits.
   The engine reaches the server through a Unix socket whose listening descriptor the shim
-  holds; the rollout reaches the bridge through the shim and this site's `BridgeForwarder`
-  (whose connections the bridge answers itself when it runs in this event loop). The shim
+  holds: the shim connects to the server inside and hands that TCP socket back over it
+  (`Http1Client`'s `handoff`). The rollout's connections to the bridge's port inside are
+  handed the same way to this site's `BridgeForwarder` (which gives them to the bridge's own
+  server when it runs in this event loop). No process copies a byte in between. The shim
   runs as bytecode compiled here when the rollout's interpreter is ours (`compile_shim`).
 - **Outputs.** The rollout writes its attempts under `<trials_root>.sandbox/<rollout_id>`
   (the only writable bind). When an attempt ends its directory is renamed out of the
@@ -91,7 +93,7 @@ from osmosis.eval.sites.rollout_process import (
 from osmosis.eval.sites.sandbox import disk
 from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.layout import (
-    BRIDGE_SOCKET,
+    HANDOFF_SOCKET,
     SANDBOX_HOME,
     SHIM_COMPILED_PATH,
     SHIM_PATH,
@@ -686,7 +688,7 @@ class SandboxSite(LocalProcessSite):
             self._shim = compile_shim(SHIM_SOURCE, python, site_dir / "shim.pyc")
             host, port = self.bridge_address
             self._forwarder = await BridgeForwarder.start(
-                site_dir / "bridge" / "bridge.sock", host, port
+                site_dir / "bridge" / Path(HANDOFF_SOCKET).name, host, port
             )
             await super().start(replicas)
         except BaseException:
@@ -776,7 +778,7 @@ class SandboxSite(LocalProcessSite):
             raise
         finally:
             listener.close()  # the shim holds its own copy; ours would queue dead connections
-        client = RolloutClient("http://rollout", unix_socket=socket_path)
+        client = RolloutClient("http://rollout", unix_socket=socket_path, handoff=True)
         try:
             capacity = capacity_of(await client.health())
         except BaseException:
@@ -903,8 +905,8 @@ class _Launcher:
             launch.env["_OSMOSIS_ROLLOUT_PORT"],
             "--bridge-port",
             str(site.bridge_port),
-            "--bridge-socket",
-            BRIDGE_SOCKET,
+            "--handoff-socket",
+            HANDOFF_SOCKET,
             *(f"--rlimit={limit}" for limit in self.group.shim_rlimits()),
             "--",
             *command,
