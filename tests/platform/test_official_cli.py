@@ -73,6 +73,27 @@ class OfficialCli:
         )
 
 
+def interop_rollout_env(rollout: Path) -> str:
+    """Give the rollout at `rollout` a project with no dependencies of its own and a venv that
+    sees the interop venv's packages (osmosis-ai and all it needs): the official `eval run`'s
+    `uv sync` then resolves nothing, offline, whatever the machine's uv cache holds. Returns
+    the interop interpreter (for `UV_PYTHON`)."""
+    (rollout / "pyproject.toml").write_text(
+        '[project]\nname = "scripted"\nversion = "0.1.0"\nrequires-python = ">=3.12"\n'
+        "dependencies = []\n"
+    )
+    python = str(OFFICIAL.parent / "python")
+    subprocess.run([python, "-m", "venv", str(rollout / ".venv")], check=True, timeout=120)
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    (rollout / ".venv" / "lib" / "python3.12" / "site-packages" / "interop.pth").write_text(
+        site + "\n"
+    )
+    return python
+
+
 def _workspace(root: Path) -> Path:
     """A git repository with a github.com origin and the official scaffold's directories."""
     root.mkdir()
@@ -768,7 +789,7 @@ def test_the_official_eval_run_reads_a_platform_dataset(official, tmp_path):
     platform (`/api/cli/datasets/{name}/download`), runs every row against the scripted model
     and reports as many rows as the platform holds."""
     from tests.e2e.conftest import model_env
-    from tests.e2e.workspace import OSMOSIS_AI_MAIN, OSMOSIS_AI_PYPROJECT
+    from tests.e2e.workspace import OSMOSIS_AI_MAIN
 
     # A workspace of its own, so the dataset does not join the other tests' lists.
     identity = "probe/run-ws"
@@ -776,7 +797,9 @@ def test_the_official_eval_run_reads_a_platform_dataset(official, tmp_path):
     rows = [row("ok", 2, 7), row("ok", 3, 7), row("ok", 4, 7), row("wrong", 5, 7)]
     tree = tmp_path / "ws"
     make_workspace(tree, rows, n=1, limit=len(rows), main=OSMOSIS_AI_MAIN)
-    (tree / "rollouts" / "scripted" / "pyproject.toml").write_text(OSMOSIS_AI_PYPROJECT)
+    # Not `osmosis-ai[server]==0.3.8` resolved from the uv cache: offline, that passed only
+    # when an earlier test had left osmosis-ai's dependencies there.
+    python = interop_rollout_env(tree / "rollouts" / "scripted")
     (tree / "configs" / "training").mkdir()
     for args in (["init", "-q", "-b", "main"],
                  ["remote", "add", "origin", f"https://github.com/{identity}.git"]):  # fmt: skip
@@ -790,7 +813,7 @@ def test_the_official_eval_run_reads_a_platform_dataset(official, tmp_path):
     with FakeModelServer(script={"[wrong]": "0"}) as model:
         uv_cache = Path(os.environ.get("UV_CACHE_DIR") or Path.home() / ".cache" / "uv")
         env = model_env(model, LITELLM_LOCAL_MODEL_COST_MAP="True", UV_OFFLINE="1",
-                        UV_CACHE_DIR=str(uv_cache), UV_PYTHON=str(OFFICIAL.parent / "python"),
+                        UV_CACHE_DIR=str(uv_cache), UV_PYTHON=python,
                         UV_PYTHON_DOWNLOADS="never", NO_COLOR="1",
                         **{k: v for k, v in official.env.items()
                            if k.startswith("OSMOSIS_") or k == "HOME"})  # fmt: skip

@@ -35,6 +35,7 @@ from tests.platform.test_official_cli import (  # noqa: F401 - fixtures used by 
     IDENTITY,
     OFFICIAL,
     OfficialCli,
+    interop_rollout_env,
     official,
 )
 
@@ -82,19 +83,7 @@ def official_run(model: FakeModelServer, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("official-run")
     tree = _tree(root / "ws", OSMOSIS_AI_MAIN)
     rollout = tree / "rollouts" / "scripted"
-    (rollout / "pyproject.toml").write_text(
-        '[project]\nname = "scripted"\nversion = "0.1.0"\nrequires-python = ">=3.12"\n'
-        "dependencies = []\n"
-    )
-    python = str(OFFICIAL.parent / "python")
-    subprocess.run([python, "-m", "venv", str(rollout / ".venv")], check=True, timeout=120)
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout.strip()  # fmt: skip
-    (rollout / ".venv" / "lib" / "python3.12" / "site-packages" / "interop.pth").write_text(
-        site + "\n"
-    )
+    python = interop_rollout_env(rollout)
     env = model_env(
         model,
         HOME=str(root / "home"),
