@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -278,6 +279,21 @@ def run_files(root: Path) -> dict[str, bytes]:
     }
 
 
+def published_records(
+    store: ObjectBlobStore, run_id: str, *, at_least: int, seconds: float
+) -> bool:
+    """Whether the store's copy of the run's journal holds `at_least` records within `seconds`
+    (read as a new machine would: synced into `store`'s own directory)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        store.sync_run(run_id)
+        journal = store.run_dir(run_id) / "events.jsonl"
+        if journal.exists() and len(read_jsonl_bytes(journal.read_bytes())) >= at_least:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def attempts_of(journal: list[dict]) -> list[tuple[int, int, str, object]]:
     return sorted((e["row_index"], e["run_index"], e["status"], e["reward"]) for e in journal)
 
@@ -313,6 +329,10 @@ def test_a_worker_killed_mid_run_is_resumed_by_another_from_the_store_alone(
         clients.append(client)
         created = submit(client, repo)
         assert recorded_at_least(client, created.id, 6).eval_run.status == "running"
+        # ... and once the store holds some of it (published every OSMOSIS_BLOB_PUBLISH_S):
+        # killed before the first publish, the first worker would leave nothing to resume.
+        early = machine(url, tmp_path / "early")
+        assert published_records(early, created.id, at_least=1, seconds=60), "never published"
 
         # The first worker dies with its run worker, mid-run; a second one, on a home that
         # never saw the run, joins.

@@ -313,6 +313,25 @@ def login(page: object, world: World, token: str | None = None) -> None:
     sign_in(page, world.url, token or world.admin_token)
 
 
+def shot(page: Any, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot of `page` as `<tmp_path>/<name>.png`, not blank. Headless
+    Chromium now and then refuses one on a loaded machine ("Unable to capture screenshot", a
+    compositor that missed its frame): asked again, at most three times in all."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    path = tmp_path / f"{name}.png"
+    for attempt in range(3):
+        try:
+            page.screenshot(path=str(path), full_page=True)
+            break
+        except PlaywrightError as error:
+            if "Unable to capture screenshot" not in str(error) or attempt == 2:
+                raise
+            page.wait_for_timeout(200)
+    assert path.stat().st_size > 1000
+    return path
+
+
 def follow(page: Any, selector: str) -> None:
     """Click a link and wait for the page it opens to load. A bare click returns once the
     navigation has started, and a DOM read right after it (`count()`, `evaluate_all`, which

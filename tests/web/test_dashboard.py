@@ -15,15 +15,10 @@ import pytest
 from osmosis.platform.web.render import number, percent
 from osmosis.platform.web.trajectory import STEPS_PER_PAGE
 from tests.platform.conftest import osmosis
-from tests.web.conftest import ALL_FAILED, LONG_STEPS, REGRESSED_ROWS, World, follow, login
+from tests.web.conftest import ALL_FAILED, LONG_STEPS, REGRESSED_ROWS, World, follow, login, shot
 from tests.web.seed import XSS, XSS_FILE
 
 pytestmark = pytest.mark.browser
-
-
-def shot(page, tmp_path: Path, name: str) -> None:
-    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
-    assert (tmp_path / f"{name}.png").stat().st_size > 1000
 
 
 def run_names(page) -> list[str]:

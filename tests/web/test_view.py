@@ -19,14 +19,10 @@ from playwright.sync_api import expect
 
 from osmosis.platform.web.render import number, percent
 from osmosis.platform.web.samples_index import CSV_COLUMNS
-from tests.web.conftest import LocalWorld, follow
+from tests.web.conftest import LocalWorld, follow, shot
 from tests.web.local_world import RUNS, eval_run, metrics
 
 pytestmark = pytest.mark.browser
-
-
-def shot(page, tmp_path: Path, name: str) -> None:
-    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
 
 
 def attempts_shown(page) -> list[list[int]]:
