@@ -109,8 +109,9 @@ class BridgeForwarder:
             return
         except OSError:
             fds = []
-        self._drop(via)
+        # What is refused is closed before `via`: the sender's end of file means it is gone.
         sock = stream_socket(fds)
+        self._drop(via)
         if sock is not None:
             task = loop.create_task(self._adopt(sock))
             self._adopting.add(task)
