@@ -577,11 +577,11 @@ _SERVING: dict[tuple[str, int], tuple[AsgiServer, asyncio.AbstractEventLoop]] = 
 
 def serving(host: str, port: int) -> AsgiServer | None:
     """The started `AsgiServer` of this process, in the running event loop, that listens on
-    `host:port` (or on every address, at `port`); None if there is none. The sandbox hands
-    the connections of its bridge socket to it rather than forwarding them over TCP.
+    `host:port` (or on every address, at `port`); None if there is none. The sandbox gives
+    it the connections its shim hands over rather than forwarding them over TCP.
 
         server = serving("127.0.0.1", 41234)
-        loop.create_unix_server(server.protocol, path=...)   # no second hop
+        await loop.connect_accepted_socket(server.protocol, sock)   # no second hop
     """
     loop = asyncio.get_running_loop()
     for key in ((host, port), ("0.0.0.0", port), ("::", port)):
