@@ -1,7 +1,7 @@
 """Building a rollout's environment inside the sandbox: uv and the rollout's build backend
 run as workspace code, because they are.
 
-    builder = BuildSandbox.for_policy(policy)              # probes bwrap once
+    builder = BuildSandbox.for_policy(policy)              # starts probing bwrap
     with builder.jail(workspace=checkout, build=build_dir, uv_cache=cache, log=log) as jail:
         subprocess.run(jail.command(["pip", "install", ...]), env=jail.env, cwd="/")
 
@@ -46,7 +46,12 @@ from osmosis.eval.sites.sandbox.layout import (
 )
 from osmosis.eval.sites.sandbox.package_index import PackageIndex, PackageProxy
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
-from osmosis.eval.sites.sandbox.support import namespace_flags, probe_sandbox
+from osmosis.eval.sites.sandbox.support import (
+    SandboxSupport,
+    namespace_flags,
+    probe_sandbox,
+    probe_soon,
+)
 
 BUILD_UV_CACHE = "/uv-cache"
 _UV_INSIDE = f"{SANDBOX_RUN}/bin/uv"
@@ -60,8 +65,8 @@ _SITE_PREFIX = "osmosis-build-"
 class BuildSandbox:
     """How environment builds are jailed: bubblewrap, the package index, the limits."""
 
-    bwrap: Path
-    disable_userns: bool
+    bwrap: Path | None
+    """The policy's bwrap; None: `find_bwrap`'s. Probed when a jail is made."""
     index: PackageIndex
     file_bytes: int
     tmp_bytes: int
@@ -70,13 +75,13 @@ class BuildSandbox:
     def for_policy(
         cls, policy: SandboxPolicy, environ: dict[str, str] | None = None
     ) -> BuildSandbox:
-        """Probe bubblewrap (`SandboxUnavailable` when it cannot run here) and read the package
-        index from `environ` (default: this process's; `OSMOSIS_PACKAGE_INDEX` first)."""
-        support = probe_sandbox(policy.bwrap)
-        bwrap = support.require()
+        """Start probing bubblewrap (`probe_soon`: a run whose environment is cached needs no
+        jail, and its sandbox site waits for the answer beside its other start-up work) and
+        read the package index from `environ` (default: this process's;
+        `OSMOSIS_PACKAGE_INDEX` first)."""
+        probe_soon(policy.bwrap)
         return cls(
-            bwrap=bwrap,
-            disable_userns=support.disable_userns,
+            bwrap=policy.bwrap,
             index=PackageIndex.from_environment(os.environ if environ is None else environ),
             file_bytes=policy.limits.file_bytes,
             tmp_bytes=policy.limits.memory_bytes,
@@ -94,7 +99,10 @@ class BuildSandbox:
         readonly: Sequence[Path] = (),
         log: Callable[[str], None] = lambda line: None,
     ) -> Iterator[BuildJail]:
-        """A jail for the uv commands of one build; its proxy runs while the block does."""
+        """A jail for the uv commands of one build; its proxy runs while the block does.
+        `SandboxUnavailable` when bubblewrap cannot run here."""
+        support = probe_sandbox(self.bwrap)
+        support.require()
         uv_cache.mkdir(parents=True, exist_ok=True)
         site = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))  # 0700: ours only
         try:
@@ -105,7 +113,9 @@ class BuildSandbox:
                 if self.index.hosts and not self.index.env.get("UV_OFFLINE")
                 else None
             )
-            jail = BuildJail(self, site, workspace, build, uv_cache, uv, interpreter, readonly)
+            jail = BuildJail(
+                self, support, site, workspace, build, uv_cache, uv, interpreter, readonly
+            )
             with proxy if proxy is not None else contextlib.nullcontext():
                 jail.proxied = proxy is not None
                 yield jail
@@ -119,6 +129,7 @@ class BuildJail:
     def __init__(
         self,
         sandbox: BuildSandbox,
+        support: SandboxSupport,
         site: Path,
         workspace: Path,
         build: Path,
@@ -128,6 +139,7 @@ class BuildJail:
         readonly: Sequence[Path],
     ) -> None:
         self.sandbox = sandbox
+        self.support = support
         self.site = site
         self.workspace = workspace
         self.build = build
@@ -160,8 +172,8 @@ class BuildJail:
         mounts += ["--ro-bind", str(self.uv), _UV_INSIDE]
         uv = [_UV_INSIDE, "--no-config", *uv_args]
         argv = [
-            str(sandbox.bwrap),
-            *namespace_flags(disable_userns=sandbox.disable_userns),
+            str(self.support.bwrap),
+            *namespace_flags(disable_userns=self.support.disable_userns),
             *mounts,
             "--ro-bind",
             str(_SHIM_SOURCE),

@@ -1,6 +1,7 @@
 """Disk held by sandboxed rollout servers, counted while they run, and given back.
 
-    use = measure(outbox, ended, running={"r1"}, claimed={"r1", "r2"}, mount_pid=pid)
+    tmpfs = open_tmpfs(mount_pid(pids))  # once per server: its /tmp and HOME, held open
+    use = measure(outbox, ended, running={"r1"}, claimed={"r1", "r2"}, tmpfs=tmpfs, cap=cap)
     use.total                       # bytes: attempts, leftovers, stray files, /tmp and HOME
     use.attempts["r1"]              # Tree(bytes=..., entries=...)
     retire(outbox / "r1", ended / "r1")      # out of the sandbox's reach, held files still counted
@@ -14,16 +15,18 @@ A rollout server writes in three places: the site's outbox (`<trials_root>.sandb
 read-write; each attempt writes `<rollout_id>/` there, but any process may write anywhere in
 it), and its own tmpfs `/tmp` and `HOME`. All three count against one quota per server
 (`SandboxLimits.disk_bytes`), measured every second by the endpoint's watcher and once more
-when an attempt ends, before it is recorded (attempts that end together share that measure,
-taken after all of them left the outbox):
+when an attempt ends, before it is recorded (on the event loop when it left no directory in
+the outbox; attempts that left one and end together share one measure, in a thread, taken
+after all of them left the outbox):
 
 - **What counts.** Allocated bytes (`st_blocks`, so a sparse file counts what it holds) of the
   outbox entries of the server's attempts in flight, of entries no attempt of the site claims
   (stray files at the outbox's root: charged to every server, since any could have written
   them), of the server's ended attempts still held by one of its processes (below), and the
-  used blocks of its `/tmp` and `HOME` (`statvfs` through `/proc/<pid>/root` of a process in
-  the sandbox's mount namespace). An attempt in flight past `artifact_bytes` or
-  `MAX_TRIAL_ENTRIES` is a breach at once, not only when it ends.
+  used blocks of its `/tmp` and `HOME` (`fstatvfs` of the two, opened once through
+  `/proc/<pid>/root` of a process in the sandbox's mount namespace and held until the server
+  is released: no look-up of the sandbox's processes per measure). An attempt in flight
+  past `artifact_bytes` or `MAX_TRIAL_ENTRIES` is a breach at once, not only when it ends.
 - **A breach** is the sandbox's limit path (`SandboxEndpoint.limit_hit`): the server is
   killed, the attempt alone on it fails `resource_limit`, several go back to pending to re-run
   alone. Killing the sandbox frees its tmpfs; stopping the endpoint removes its outbox entries,
@@ -46,7 +49,7 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +63,7 @@ OUTBOX_SUFFIX = ".sandbox"
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_TMPFS_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _TMPFS = ("/tmp", SANDBOX_HOME)
 # What a descriptor names when it is no file of the outbox: not worth a stat.
 _NOT_FILES = ("socket:", "pipe:", "anon_inode:", "/dev/", "/proc/")
@@ -85,6 +89,8 @@ class DiskUse:
     """Bytes of its ended attempts still held by a process (normally 0)."""
     tmpfs: int = 0
     """Bytes used in its `/tmp` and `HOME`."""
+    walked: int = 0
+    """Entries looked at to measure it (what the next measure will likely cost)."""
 
     @property
     def total(self) -> int:
@@ -102,21 +108,26 @@ def measure(
     *,
     running: Collection[str],
     claimed: Collection[str],
-    mount_pid: int | None,
+    tmpfs: Sequence[int],
     cap: int,
 ) -> DiskUse:
     """The disk one server holds now. `running`: its attempts in flight; `claimed`: every
-    attempt in flight on the site (the rest of the outbox is stray); `cap`: entries after
-    which a tree's walk stops (it is over the limit by then)."""
-    use = DiskUse(ended=tree(ended, cap=cap).bytes, tmpfs=tmpfs_bytes(mount_pid))
+    attempt in flight on the site (the rest of the outbox is stray); `tmpfs`: its `/tmp` and
+    `HOME` (`open_tmpfs`); `cap`: entries after which a tree's walk stops (it is over the
+    limit by then)."""
+    held = tree(ended, cap=cap)
+    use = DiskUse(ended=held.bytes, tmpfs=tmpfs_bytes(tmpfs), walked=held.entries)
     stray = Tree()
     with contextlib.suppress(OSError), os.scandir(outbox) as entries:
         for entry in entries:
+            use.walked += 1
             if entry.name in running:
-                use.attempts[entry.name] = tree(Path(entry.path), cap=cap)
+                use.attempts[entry.name] = found = tree(Path(entry.path), cap=cap)
+                use.walked += found.entries
             elif entry.name not in claimed:
                 found = tree(Path(entry.path), cap=cap)
                 stray = Tree(stray.bytes + found.bytes, stray.entries + found.entries + 1)
+                use.walked += found.entries
     use.stray = stray
     return use
 
@@ -183,29 +194,42 @@ def attempt_usage(directory: Path, limits: SandboxLimits) -> str | None:
     return None
 
 
-def tmpfs_bytes(pid: int | None) -> int:
-    """Bytes used in the sandbox's `/tmp` and `HOME`, seen through a process of it."""
+def open_tmpfs(pid: int | None) -> list[int]:
+    """Descriptors (`O_PATH`) of the sandbox's `/tmp` and `HOME`, opened through a process of
+    its mount namespace (`mount_pid`): they name those file systems for as long as they are
+    held, whatever becomes of that process (the caller closes them). Empty when there is no
+    such process (yet), or either cannot be opened: the next measure tries again."""
     if pid is None:
-        return 0
+        return []
+    handles: list[int] = []
+    try:
+        for place in _TMPFS:
+            handles.append(os.open(f"/proc/{pid}/root{place}", _TMPFS_FLAGS))
+    except OSError:
+        for handle in handles:
+            os.close(handle)
+        return []
+    return handles
+
+
+def tmpfs_bytes(handles: Iterable[int]) -> int:
+    """Bytes used in the sandbox's `/tmp` and `HOME` (`open_tmpfs`)."""
     used = 0
-    for place in _TMPFS:
+    for handle in handles:
         with contextlib.suppress(OSError):
-            info = os.statvfs(f"/proc/{pid}/root{place}")
+            info = os.fstatvfs(handle)
             used += (info.f_blocks - info.f_bfree) * info.f_frsize
     return used
 
 
-def mount_pid(pids: Iterable[int], known: int | None = None) -> int | None:
+def mount_pid(pids: Iterable[int]) -> int | None:
     """A process of `pids` inside the sandbox's own mount namespace (bwrap's outer process is
-    in ours: through it `/tmp` would be the host's). `known` first, when it still is one."""
+    in ours: through it `/tmp` would be the host's)."""
     try:
         ours = os.stat("/proc/self/ns/mnt").st_ino
     except OSError:
         return None
-    candidates = list(pids)
-    if known is not None and known in candidates:
-        candidates.insert(0, known)
-    for pid in candidates:
+    for pid in pids:
         try:
             if os.stat(f"/proc/{pid}/ns/mnt").st_ino != ours:
                 return pid
@@ -367,6 +391,7 @@ __all__ = [
     "held_among",
     "measure",
     "mount_pid",
+    "open_tmpfs",
     "remove",
     "remove_stale",
     "retire",

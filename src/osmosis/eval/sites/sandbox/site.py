@@ -53,6 +53,7 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -122,6 +123,7 @@ _WATCH_SEC = 0.2
 _DISK_EVERY = 5  # the disk is measured every fifth round of the watcher: once a second
 _SETTLE_SEC = 1.0  # how long an ended attempt's leftover process may hold its files
 _INFO_WAIT_SEC = 10.0
+_INLINE_WALK = 64  # entries a measure may look at on the event loop: ~0.1 ms of it
 _TRIAL_NAMES = ("trajectory.json", "diagnostics.json", "artifacts")
 _TRIAL_DOCUMENT_BYTES = 64 * 1024 * 1024  # what the run reads of trajectory.json at most
 
@@ -169,7 +171,9 @@ class SandboxEndpoint(LocalEndpoint):
         self._settler: asyncio.Task[None] | None = None
         self._lingering: set[asyncio.Task[None]] = set()  # ended, still held: settled alone
         self._last = disk.DiskUse()
-        self._mount_pid: int | None = None
+        self._tmpfs: list[int] | None = None  # its /tmp and HOME, held open (`disk.open_tmpfs`)
+        self._tmpfs_lock = threading.Lock()  # opened once, by the loop or a thread
+        self._walked = 0  # entries the last measure looked at: few, and the next may be inline
         self._log = log
         self._trial_limits = trial_limits
         self._dead = asyncio.Event()
@@ -207,13 +211,16 @@ class SandboxEndpoint(LocalEndpoint):
         Over the attempt's own limits: a `ResultWithBreach` (nothing of it is kept). The
         server past its disk quota: it is ended as the watcher would (`RolloutServerUnavailable`
         here; the engine charges the attempt alone on it)."""
-        self._awaiting.add(rollout_id)  # before the rename: the watcher must not let it go
-        ended = _Ended(rollout_id, result, asyncio.get_running_loop().create_future())
-        self._unsettled.append(ended)
-        if self._settler is None:
-            self._settler = asyncio.create_task(self._settle_ended(), name=f"settle-{self.name}")
         try:
-            verdict, over = await ended.verdicts
+            if self._walked > _INLINE_WALK or os.path.lexists(  # noqa: ASYNC240 - a stat
+                f"{self.outbox}/{rollout_id}"
+            ):
+                verdict, over = await self._settled(rollout_id, result)
+            else:
+                # Most attempts leave no directory: nothing to retire, judge or wait for, and
+                # the server's disk is measured here (a few system calls while the last
+                # measure walked few entries): a hop to a thread cost more than the measure.
+                verdict, over = self._verdict(None, result), self._over_quota_after(rollout_id)
         finally:
             self.running.discard(rollout_id)
             self._claimed.discard(rollout_id)
@@ -241,6 +248,25 @@ class SandboxEndpoint(LocalEndpoint):
             breach=breach,
         )
 
+    async def _settled(
+        self, rollout_id: str, result: RolloutResultResponse
+    ) -> tuple[str | None, str | None]:
+        """The attempt's verdict and the server's disk verdict, from the next settling round
+        (`_settle_ended`)."""
+        self._awaiting.add(rollout_id)  # before the rename: the watcher must not let it go
+        ended = _Ended(rollout_id, result, asyncio.get_running_loop().create_future())
+        self._unsettled.append(ended)
+        if self._settler is None:
+            self._settler = asyncio.create_task(self._settle_ended(), name=f"settle-{self.name}")
+        return await ended.verdicts
+
+    def _over_quota_after(self, rollout_id: str) -> str | None:
+        """The server's disk verdict once an attempt ended (out of the outbox by now): a measure
+        now, and the other attempts in flight as the watcher last found them."""
+        use = self._measure(walk_running=False)
+        others = sum(t.bytes for i, t in self._last.attempts.items() if i != rollout_id)
+        return self._over_quota(use.total + others)
+
     async def discard(self, rollout_ids: Sequence[str]) -> None:
         """Attempts cancelled here: nothing of them is kept, their space comes back."""
         ids = [i for i in rollout_ids if i in self.running]
@@ -257,10 +283,11 @@ class SandboxEndpoint(LocalEndpoint):
                 self._let_go(self.ended / rollout_id)
 
     async def _settle_ended(self) -> None:
-        """Settle the attempts that ended, in rounds: each round takes every attempt that
-        ended meanwhile, in one thread, with one read of the server's processes and one
-        measure of its disk for all of them (`_settle`). An attempt whose files a process still
-        holds is settled on its own (`_settle_held`), so its wait holds up no other."""
+        """Settle the attempts that ended leaving a directory, in rounds: each round takes
+        every such attempt that ended meanwhile, in one thread, with one read of the server's
+        processes and one measure of its disk for all of them (`_settle`). An attempt whose
+        files a process still holds is settled on its own (`_settle_held`), so its wait holds
+        up no other."""
         batch: list[_Ended] = []
         try:
             while self._unsettled:
@@ -322,7 +349,7 @@ class SandboxEndpoint(LocalEndpoint):
                 usage[ended.rollout_id] = found = disk.attempt_usage(directory, limits)
                 if found is None:
                     fine.append(directory)
-        pids = self._pids()
+        pids = self._pids() if fine else []
         held = {path.name for path in disk.held_among(fine, pids)}
         # Out of the sandbox's reach once retired, a directory no process holds now is held
         # by none later: `_let_go` need not look again.
@@ -334,7 +361,7 @@ class SandboxEndpoint(LocalEndpoint):
         }
         if not judged:
             return [None] * len(batch)
-        use = self._measure(walk_running=False, pids=pids)
+        use = self._measure(walk_running=False)
         # The batch's attempts are in `ended` now, measured there: not in flight as well.
         batch_ids = {ended.rollout_id for ended in batch}
         others = sum(t.bytes for i, t in self._last.attempts.items() if i not in batch_ids)
@@ -361,10 +388,7 @@ class SandboxEndpoint(LocalEndpoint):
                 and disk.held(directory, self._pids())
             ):
                 time.sleep(0.1)
-        verdict = self.attempt_verdict(rollout_id, result)
-        use = self._measure(walk_running=False)
-        others = sum(t.bytes for i, t in self._last.attempts.items() if i != rollout_id)
-        return verdict, self._over_quota(use.total + others)
+        return self.attempt_verdict(rollout_id, result), self._over_quota_after(rollout_id)
 
     def attempt_verdict(self, rollout_id: str, result: RolloutResultResponse) -> str | None:
         """The limit a finished attempt exceeded, in words; None when it stayed within."""
@@ -491,16 +515,29 @@ class SandboxEndpoint(LocalEndpoint):
                     disk.remove(self.ended / name)
         return self._over_quota(use.total)
 
-    def _measure(self, *, walk_running: bool, pids: list[int] | None = None) -> disk.DiskUse:
-        self._mount_pid = disk.mount_pid(self._pids() if pids is None else pids, self._mount_pid)
-        return disk.measure(
+    def _measure(self, *, walk_running: bool) -> disk.DiskUse:
+        use = disk.measure(
             self.outbox,
             self.ended,
             running=self.running if walk_running else (),
             claimed=self._claimed,
-            mount_pid=self._mount_pid,
+            tmpfs=self._tmpfs_handles(),
             cap=MAX_TRIAL_ENTRIES,
         )
+        self._walked = use.walked
+        return use
+
+    def _tmpfs_handles(self) -> list[int]:
+        """The sandbox's `/tmp` and `HOME` (`disk.open_tmpfs`), opened at the first measure
+        that finds a process of its mount namespace; none before (nothing to count yet)."""
+        if self._tmpfs is not None:
+            return self._tmpfs
+        with self._tmpfs_lock:
+            if self._tmpfs is None:
+                handles = disk.open_tmpfs(disk.mount_pid(self._pids()))
+                if handles:
+                    self._tmpfs = handles
+            return self._tmpfs or []
 
     def _over_quota(self, total: int) -> str | None:
         if total <= self.disk_quota:
@@ -536,6 +573,10 @@ class SandboxEndpoint(LocalEndpoint):
         (its attempts' directories, the ended ones, what no attempt claims in the outbox)."""
         self.group.kill()
         self.group.remove()
+        with self._tmpfs_lock:
+            for handle in self._tmpfs or ():
+                os.close(handle)
+            self._tmpfs = None
         if self.slirp is not None:
             self.slirp.stop()
         with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,20 +83,32 @@ def find_bwrap(explicit: Path | None = None) -> Path | None:
 
 def probe_sandbox(bwrap: Path | None = None) -> SandboxSupport:
     """Find bwrap and check it can create the sandbox's namespaces: a working answer is kept
-    while the binary is the same file, unchanged (`_identity`); a failed one is not."""
+    while the binary is the same file, unchanged (`_identity`); a failed one is not. A caller
+    that comes while another probes waits for that probe's answer (`probe_soon`)."""
     found = find_bwrap(bwrap)
     identity = _identity(found)  # before the probe: a binary replaced during it is re-probed
     known = _working.get(identity) if identity is not None else None
     if known is not None:
         return known
-    support = _probe(found)
-    if identity is not None and support.available:
-        _working[identity] = support
-    return support
+    with _probing:
+        known = _working.get(identity) if identity is not None else None
+        if known is not None:
+            return known
+        support = _probe(found)
+        if identity is not None and support.available:
+            _working[identity] = support
+        return support
+
+
+def probe_soon(bwrap: Path | None = None) -> None:
+    """Start `probe_sandbox` in a thread of its own and return: the next `probe_sandbox`
+    waits for its answer, and whatever the caller does meanwhile hides its ~10-50 ms."""
+    threading.Thread(target=probe_sandbox, args=(bwrap,), name="sandbox-probe", daemon=True).start()
 
 
 _working: dict[tuple[str, int, int, int, int, int], SandboxSupport] = {}
 """Working answers, by the binary's identity (`_identity`)."""
+_probing = threading.Lock()  # one probe at a time: a second caller takes the first's answer
 
 
 def _identity(bwrap: Path | None) -> tuple[str, int, int, int, int, int] | None:
@@ -263,6 +276,7 @@ __all__ = [
     "find_bwrap",
     "namespace_flags",
     "probe_sandbox",
+    "probe_soon",
     "sandbox_report",
     "system_binds",
 ]
