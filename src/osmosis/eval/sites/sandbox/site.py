@@ -153,6 +153,7 @@ class SandboxEndpoint(LocalEndpoint):
         self.outbox = outbox
         self.ended = ended
         """This server's attempts that ended, out of the sandbox's reach until let go."""
+        self._ended_made = False  # until the first `_retire`, `ended` does not exist
         self.group = group
         self.slirp = slirp
         self.socket_path = socket_path
@@ -173,6 +174,10 @@ class SandboxEndpoint(LocalEndpoint):
         self._last = disk.DiskUse()
         self._tmpfs: list[int] | None = None  # its /tmp and HOME, held open (`disk.open_tmpfs`)
         self._tmpfs_lock = threading.Lock()  # opened once, by the loop or a thread
+        # The outbox held open for the measures on the loop (`finish`); closed by `stop`.
+        self._listing: disk.HeldDirectory | None = None
+        with contextlib.suppress(OSError):
+            self._listing = disk.HeldDirectory(outbox)
         self._walked = 0  # entries the last measure looked at: few, and the next may be inline
         self._log = log
         self._trial_limits = trial_limits
@@ -212,15 +217,18 @@ class SandboxEndpoint(LocalEndpoint):
         server past its disk quota: it is ended as the watcher would (`RolloutServerUnavailable`
         here; the engine charges the attempt alone on it)."""
         try:
-            if self._walked > _INLINE_WALK or os.path.lexists(  # noqa: ASYNC240 - a stat
-                f"{self.outbox}/{rollout_id}"
-            ):
+            # Most attempts leave no directory: nothing to retire, judge or wait for, and the
+            # server's disk is measured here (a few system calls while the last measure walked
+            # few entries): a hop to a thread cost more than the measure. The same listing of
+            # the outbox says whether the attempt left one.
+            use = None
+            if self._walked <= _INLINE_WALK:
+                use = self._measure(walk_running=False, find=rollout_id, listing=self._listing)
+            if use is None or use.found:
                 verdict, over = await self._settled(rollout_id, result)
             else:
-                # Most attempts leave no directory: nothing to retire, judge or wait for, and
-                # the server's disk is measured here (a few system calls while the last
-                # measure walked few entries): a hop to a thread cost more than the measure.
-                verdict, over = self._verdict(None, result), self._over_quota_after(rollout_id)
+                verdict = self._verdict(None, result)
+                over = self._over_quota_after(rollout_id, use)
         finally:
             self.running.discard(rollout_id)
             self._claimed.discard(rollout_id)
@@ -260,10 +268,12 @@ class SandboxEndpoint(LocalEndpoint):
             self._settler = asyncio.create_task(self._settle_ended(), name=f"settle-{self.name}")
         return await ended.verdicts
 
-    def _over_quota_after(self, rollout_id: str) -> str | None:
+    def _over_quota_after(self, rollout_id: str, use: disk.DiskUse | None = None) -> str | None:
         """The server's disk verdict once an attempt ended (out of the outbox by now): a measure
-        now, and the other attempts in flight as the watcher last found them."""
-        use = self._measure(walk_running=False)
+        now (or `use`, taken since), and the other attempts in flight as the watcher last
+        found them."""
+        if use is None:
+            use = self._measure(walk_running=False)
         others = sum(t.bytes for i, t in self._last.attempts.items() if i != rollout_id)
         return self._over_quota(use.total + others)
 
@@ -279,8 +289,13 @@ class SandboxEndpoint(LocalEndpoint):
 
     def _retire_all(self, rollout_ids: Sequence[str]) -> None:
         for rollout_id in rollout_ids:
-            if disk.retire(self.outbox / rollout_id, self.ended / rollout_id):
+            if self._retire(rollout_id):
                 self._let_go(self.ended / rollout_id)
+
+    def _retire(self, rollout_id: str) -> bool:
+        """`disk.retire` the attempt's directory into `ended` (made at the first)."""
+        self._ended_made = True
+        return disk.retire(self.outbox / rollout_id, self.ended / rollout_id)
 
     async def _settle_ended(self) -> None:
         """Settle the attempts that ended leaving a directory, in rounds: each round takes
@@ -344,7 +359,7 @@ class SandboxEndpoint(LocalEndpoint):
             if present is not None and ended.rollout_id not in present:
                 continue
             directory = self.ended / ended.rollout_id
-            if disk.retire(self.outbox / ended.rollout_id, directory):
+            if self._retire(ended.rollout_id):
                 self._retired.add(ended.rollout_id)
                 usage[ended.rollout_id] = found = disk.attempt_usage(directory, limits)
                 if found is None:
@@ -378,7 +393,7 @@ class SandboxEndpoint(LocalEndpoint):
         sandbox still holds some of it (its writes count against the attempt meanwhile).
         Returns the attempt's verdict and the server's disk verdict."""
         directory = self.ended / rollout_id
-        if disk.retire(self.outbox / rollout_id, directory):
+        if self._retire(rollout_id):
             self._retired.add(rollout_id)
         if rollout_id in self._retired:
             give_up = time.monotonic() + _SETTLE_SEC
@@ -515,14 +530,22 @@ class SandboxEndpoint(LocalEndpoint):
                     disk.remove(self.ended / name)
         return self._over_quota(use.total)
 
-    def _measure(self, *, walk_running: bool) -> disk.DiskUse:
+    def _measure(
+        self,
+        *,
+        walk_running: bool,
+        find: str | None = None,
+        listing: disk.HeldDirectory | None = None,
+    ) -> disk.DiskUse:
         use = disk.measure(
             self.outbox,
-            self.ended,
+            self.ended if self._ended_made else None,
             running=self.running if walk_running else (),
             claimed=self._claimed,
             tmpfs=self._tmpfs_handles(),
             cap=MAX_TRIAL_ENTRIES,
+            find=find,
+            listing=listing,
         )
         self._walked = use.walked
         return use
@@ -563,6 +586,9 @@ class SandboxEndpoint(LocalEndpoint):
         try:
             await super().stop()
         finally:
+            listing, self._listing = self._listing, None  # here, on the loop that lists it
+            if listing is not None:
+                listing.close()
             await asyncio.to_thread(self._release)
             for rollout_id in self.running:
                 self._claimed.discard(rollout_id)
