@@ -177,6 +177,11 @@ def claim() -> Spare | None:
     return spare
 
 
+def peek() -> Spare | None:
+    """The spare held, left held."""
+    return _HELD
+
+
 def take_bridge(host: str, advertise_url: str | None = None) -> BridgeAddress | None:
     """The held spare's bridge socket, for the run's bridge to listen on (the port the spare's
     sandbox forwards), when the run would bind the same host and advertise no URL of its own;
@@ -212,4 +217,4 @@ def _moved(value: str, paths: Mapping[str, str]) -> str:
     return value
 
 
-__all__ = ["Spare", "claim", "discard", "hold", "take_bridge"]
+__all__ = ["Spare", "claim", "discard", "hold", "peek", "take_bridge"]
