@@ -63,6 +63,17 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+def cgroups_of(pid: int) -> list[Path]:
+    """The sandbox's own cgroup directories that hold `pid` (v1: one per controller)."""
+    found = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "osmosis-sandbox-spare-" in path:
+            root = Path("/sys/fs/cgroup") / controllers if controllers else Path("/sys/fs/cgroup")
+            found.append(root / path.lstrip("/"))
+    return found
+
+
 def outcome(client, run: str) -> tuple[object, ...]:  # type: ignore[no-untyped-def]
     """What a run's results say, for comparing a run with a spare and one without."""
     detail = finished(client, run)
@@ -141,11 +152,15 @@ def test_a_killed_spare_worker_leaves_no_server_and_the_next_one_sweeps_its_file
         killed = a_spare(server.home)
         spare_ready(server.home, killed)
         sandboxes = [pid for pid in pids_of("bwrap") if _parent(pid) == killed]
+        groups = [group for pid in sandboxes for group in cgroups_of(pid)]
+        assert groups and all(group.is_dir() for group in groups)
         os.kill(killed, signal.SIGKILL)
         assert all(gone_within(pid, seconds=10) for pid in [killed, *sandboxes])
         replacement = a_spare(server.home, other_than=killed)
-        spare_ready(server.home, replacement)
+        spare_ready(server.home, replacement)  # its own start swept what the killed one held
         assert not (server.home / "checkouts" / f".spare-{killed}").exists()
+        assert not (server.home / "runs" / f".spare-{killed}").exists()
+        assert not [group for group in groups if group.exists()]
         with server.client() as client:
             run = submit(client, repo)
             assert outcome(client, run.id)[0] == "finished"

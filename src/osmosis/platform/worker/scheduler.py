@@ -73,6 +73,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.sites.sandbox.disk import remove_stale
+from osmosis.eval.sites.sandbox.limits import sweep_groups
 
 # The rollout process's parent-death hook serves the worker just as well.
 from osmosis.eval.sites.spawn import die_with_parent_hook
@@ -267,10 +268,11 @@ class Scheduler:
         with contextlib.suppress(TimeoutError):
             waits = (asyncio.to_thread(worker.wait) for worker in workers)
             await asyncio.wait_for(asyncio.gather(*waits), SHUTDOWN_GRACE_SEC)
-        if self.warm:  # the killed spare's checkout and server directory
+        if self.warm:  # the killed spare's checkout, server directory and cgroup
             await asyncio.to_thread(
                 remove_dead_spares, self._settings.home, runs_root(self._settings)
             )
+            await asyncio.to_thread(sweep_groups)
         held, self._held = self._held, {}
         with contextlib.suppress(Exception):  # a dead database: the leases run out instead
             await asyncio.wait_for(asyncio.to_thread(self._give_back, held), SHUTDOWN_GRACE_SEC)

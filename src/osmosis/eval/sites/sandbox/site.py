@@ -106,7 +106,7 @@ from osmosis.eval.sites.sandbox.layout import (
     shim_bytecode,
     write_etc,
 )
-from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
+from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group, spare_group_name
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
 from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
 from osmosis.eval.sites.sandbox.spare import Spare
@@ -982,7 +982,7 @@ def start_spare(
         made.append(site._site_dir)
         shim = compile_shim(SHIM_SOURCE, environment.python, site._site_dir / "shim.pyc")
         site._shim = shim
-        name = f"spare-{os.getpid()}"
+        name = spare_group_name(os.getpid())
         group = create_limit_group(name, policy.limits)
         socket_path = site._site_dir / f"{name}-{uuid.uuid4().hex[:8]}.sock"
         launch = rollout_launch(
