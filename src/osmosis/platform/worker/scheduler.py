@@ -47,7 +47,9 @@ The next spare starts once the run it took has ended (the worker says so on a pi
 with that run's start and attempts (issue 30: a 500-row run dispatches in about a second).
 A spare that ends is replaced (backing off up to a minute), never handed a run; `close`
 kills it.
-`OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
+`OSMOSIS_WORKER_WARM=off` starts every worker for its run instead. A spare is told the last
+run handed out (`SPARE_OF_ENV`), whose sandboxed rollout server it starts ahead
+(`run_worker._start_spare`); what a killed one left is removed on close and at each sweep.
 
 Workers lead their own process group and, on Linux, are SIGKILLed by the kernel when this
 process dies (`PR_SET_PDEATHSIG`); each worker does the same for its rollout server, so a

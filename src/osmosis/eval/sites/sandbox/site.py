@@ -39,6 +39,10 @@ sandbox itself):
   (a failure `resource_limit`) instead of its result, and keeps no files; one that leaves the
   server past its disk quota ends the server the same way as the watcher does. Restarts after
   a resource limit do not use the endpoint's restart budget.
+
+A server can be started ahead (`start_spare`, held by `osmosis.eval.sites.sandbox.spare`): the
+site's first endpoint is that server when its launch is the one the site would make, its
+outbox renamed to the site's; else it is killed, and the log says what differed.
 """
 
 from __future__ import annotations
