@@ -11,8 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
+from osmosis.platform.core.db import make_engine, make_session_factory
+from osmosis.platform.core.db.models import Workspace
+from osmosis.platform.services.workspaces import set_sandbox_network
 from osmosis.testing import FakeModelServer
+from osmosis.workspace import canonical_identity
 from tests.e2e.workspace import row
 from tests.platform.eval_world import (
     Repo,
@@ -61,6 +66,19 @@ def _parent(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def set_network(server: Server, repo: Repo, network: str) -> None:
+    engine = make_engine(f"sqlite:///{server.home / 'platform.db'}")
+    try:
+        with make_session_factory(engine)() as db:
+            identity = canonical_identity(repo.git)
+            workspace = db.scalar(select(Workspace).where(Workspace.identity == identity))
+            assert workspace is not None
+            set_sandbox_network(db, workspace=workspace, network=network)
+            db.commit()
+    finally:
+        engine.dispose()
 
 
 def cgroups_of(pid: int) -> list[Path]:
@@ -129,13 +147,24 @@ def test_the_same_commit_again_adopts_the_spare_and_anything_else_says_why(tmp_p
             other = submit(client, repo)
             assert outcome(client, other.id) == baseline
             assert "the spare was not adopted: it differs in commit" in log_of(client, other.id)
+
+            # The workspace's sandbox network changed: another sandbox policy.
+            spare_ready(server.home, a_spare(server.home))
+            set_network(server, repo, "full")
+            wider = submit(client, repo)
+            assert outcome(client, wider.id) == baseline
+            said = log_of(client, wider.id)
+            assert "the spare was not adopted: it differs in sandbox policy and limits" in said
         # Nothing of an adopted or a killed spare is left but the next one's.
         spare = a_spare(server.home)
         spare_ready(server.home, spare)
         assert {p.name for p in (server.home / "checkouts").glob(".spare-*")} == {f".spare-{spare}"}
+        slirps = [pid for pid in pids_of("slirp4netns") if _parent(pid) == spare]
+        assert slirps  # the last spare mirrors the run with the full network
     finally:
         server.stop()
     # Stopped, the server killed its spare and removed what it held.
+    assert all(gone_within(pid, seconds=10) for pid in slirps)
     assert not [*server.home.glob("checkouts/.spare-*"), *server.home.glob("runs/.spare-*")]
 
 
