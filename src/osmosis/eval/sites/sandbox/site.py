@@ -953,11 +953,10 @@ def start_spare(
     bridge_host: str = "127.0.0.1",
 ) -> spare.Spare:
     """A spare (`sandbox.spare`): spawn the server a `SandboxSite` with these arguments would
-    start first, on this thread
-    (its parent-death signal follows it), without waiting for it to answer: the site that
-    adopts it does. `trials_root` is the spare's own (its outbox is beside it); `workspace` is
-    a checkout the run will take as is. Raises what the site's start would (`OSError`,
-    `SandboxUnavailable`, `SubprocessError`), leaving nothing behind."""
+    start first, on this thread (its parent-death signal follows it), without waiting for it
+    to answer: the site that adopts it does. `trials_root` is the spare's own (its outbox is
+    beside it); `workspace` is a checkout the run will take as is. Raises what the site's
+    start would (`OSError`, `SandboxUnavailable`, `SubprocessError`), leaving nothing behind."""
     from osmosis.eval.model.bridge_address import BridgeAddress
 
     bridge = BridgeAddress.listen(bridge_host)
@@ -981,6 +980,7 @@ def start_spare(
     group: LimitGroup | None = None
     socket_path: Path | None = None
     try:
+        info = os.stat(site.workspace)  # what the adopting site checks it binds
         support = site._prepare()
         assert site._site_dir is not None
         made.append(site._site_dir)
@@ -1020,7 +1020,6 @@ def start_spare(
         disk.remove_stale(trials_root)
         bridge.close()
         raise
-    info = os.stat(site.workspace)
     early = prestart.Prestarted(
         popen,
         plain,

@@ -1,8 +1,8 @@
 """A sandboxed rollout server started before its run, held until that run's site adopts it.
 
-    spare = site.start_spare(environment, rollout_dir, "main.py", env=variables, policy=policy,
+    spare = start_spare(environment, rollout_dir, "main.py", env=variables, policy=policy,
                         workspace=checkout, trials_root=spare_dir / "rollout_trials")
-    hold(spare)                           # the platform's warm worker, between two runs
+    hold(spare)                           # (`sandbox.site.start_spare`): a warm worker
     ...                                   # a run is claimed, checked out, planned
     address = take_bridge("127.0.0.1")    # the run's bridge listens where the spare looks
     site = SandboxSite(...)               # `start` claims it: the same launch? adopted;
