@@ -259,7 +259,7 @@ async def _dispatch(
         # pre-flight runs while they start. None needs another, each costs a few hundred ms
         # of a short run (seconds for a local model). A pre-flight failure cancels the start
         # and is the run's error; nothing is dispatched before both are done.
-        address = _bridge_address(plan)
+        address = _bridge_address(plan, spec)
         stack.callback(address.close)  # a no-op once the bridge has started on it
         started: list[Site] = []
 
@@ -374,11 +374,18 @@ async def _dispatch(
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
-def _bridge_address(plan: RunPlan) -> BridgeAddress:
-    """The model bridge's listening socket, bound now (`BridgeAddress`)."""
+def _bridge_address(plan: RunPlan, spec: SiteSpec) -> BridgeAddress:
+    """The model bridge's listening socket, bound now (`BridgeAddress`); for a sandbox, the
+    one a spare server this process holds forwards to (`sites.sandbox.spare`), if it fits."""
     from osmosis.eval.model.bridge_address import BridgeAddress
 
     host = plan.options.bridge_host
+    if isinstance(spec, SandboxSiteSpec):
+        from osmosis.eval.sites.sandbox import spare
+
+        held = spare.take_bridge(host, plan.options.bridge_url)
+        if held is not None:
+            return held
     try:
         return BridgeAddress.listen(host, advertise_url=plan.options.bridge_url)
     except OSError as error:

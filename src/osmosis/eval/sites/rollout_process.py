@@ -217,10 +217,13 @@ class RolloutProcess:
         log: Callable[[str], None],
         redactor: Redactor,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
+        socket_path: Path | None = None,
+        terminate: Callable[[int], None] | None = None,
     ) -> RolloutProcess:
-        """Watch a server spawned earlier (`prestart`) as if `start` had spawned it: its
-        output from now (what it printed so far included), its health, its death. Takes
-        `ready_fd`, the read end of its readiness pipe. Raises `RolloutStartError`.
+        """Watch a server spawned earlier (`prestart`, a sandbox's spare) as if `start` had
+        spawned it: its output from now (what it printed so far included), its health, its
+        death. Takes `ready_fd`, the read end of its readiness pipe; `socket_path` and
+        `terminate` are its launch's (`Launch`). Raises `RolloutStartError`.
 
         process = await RolloutProcess.adopt(early.popen, name="x", port=early.port, ...)
         """
@@ -232,7 +235,9 @@ class RolloutProcess:
             log=log,
             redactor=redactor,
             loop=asyncio.get_running_loop(),
+            socket_path=socket_path,
             ready_fd=ready_fd,
+            terminate=terminate,
         )
         await process._watch_until_healthy(startup_timeout)
         return process

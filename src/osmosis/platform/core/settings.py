@@ -425,6 +425,17 @@ SETTINGS: tuple[Setting, ...] = (
         _flag,
     ),
     Setting(
+        "spare_server",
+        "OSMOSIS_SPARE_SERVER",
+        True,
+        "With a warm worker and the sandbox on: once a run has ended, the next spare worker "
+        "also starts that run's sandboxed rollout server (its commit checked out, its "
+        "secrets resolved in memory), and the next claimed run adopts it when its launch is "
+        "exactly the same (the same commit submitted again with another model); anything "
+        "else, it is killed and the run starts its own. `off`: no spare server.",
+        _flag,
+    ),
+    Setting(
         "bridge_url",
         "OSMOSIS_BRIDGE_URL",
         None,
@@ -583,6 +594,7 @@ class Settings:
     lease_s: float = 30.0
     worker_max_runs: int = 0
     worker_warm: bool = True
+    spare_server: bool = True
     sandbox: bool = True
     sandbox_network: str = "bridge"
     sandbox_memory_bytes: int = 4 * 1024**3

@@ -304,6 +304,29 @@ def remove_set_aside(home: Path) -> int:
     return len(left)
 
 
+SPARE_PREFIX = ".spare-"
+"""`<SPARE_PREFIX><pid>`: a warm worker's spare checkout, and its server's directory under the
+runs' root (`run_worker._start_spare`); no run id starts with a dot."""
+
+
+def remove_dead_spares(home: Path, runs: Path) -> int:
+    """Remove the spare checkouts and server directories of warm workers no longer alive
+    (killed: a server's stop, a SIGKILL); the number removed."""
+    removed = 0
+    for parent in (home / "checkouts", runs):
+        try:
+            with os.scandir(parent) as entries:
+                names = [e.name for e in entries if e.name.startswith(SPARE_PREFIX)]
+        except FileNotFoundError:
+            continue
+        for name in names:
+            pid = name.removeprefix(SPARE_PREFIX)
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(parent / name, ignore_errors=True)
+                removed += 1
+    return removed
+
+
 _NO_FOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -41,6 +41,12 @@ decides what is recorded, and any worker that takes the run over later resumes f
   status is written it says so on the pipe the scheduler gave it (`ENDED_FD_ENV`),
   which then starts the next spare: its imports (~1 s of CPU) no longer compete with this
   run's attempts (issue 30: 500 rows take ~1 s to dispatch on 2 cores).
+- A spare started after a run ended also starts that run's sandboxed rollout server ahead
+  (`_start_spare`, unless `OSMOSIS_SPARE_SERVER=off`): the commit checked out under
+  `checkouts/.spare-<pid>`, the secrets resolved in memory. The next run takes that checkout
+  when it is of its workspace, origin and commit (`_take_spare`), and its sandbox site adopts
+  the server when the whole launch is its own (`sites.sandbox.spare`); else the spare is killed
+  and the run's log says what differed. The run then dispatches ~0.25 s sooner.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ import contextlib
 import fcntl
 import json
 import os
+import select
+import shutil
 import signal
 import sys
 import traceback
@@ -96,12 +104,15 @@ from osmosis.platform.services.runs import run_dir, runs_root, secrets_context
 from osmosis.platform.services.secrets import resolve_secrets
 from osmosis.platform.services.workspaces import effective_budget, sandbox_network
 from osmosis.platform.worker.checkout import (
+    SPARE_PREFIX,
     CheckoutError,
     RepoLimits,
     checkout,
+    checkout_path,
     delete_set_aside,
     inputs_path,
     remove_checkout,
+    remove_dead_spares,
     set_aside_checkout,
     write_in_tree,
 )
@@ -187,9 +198,16 @@ def _warm_main() -> int:
     _warm_orm()
     _warm_sandbox()
     says = _ended_pipe()
+    from osmosis.platform.worker.scheduler import SPARE_OF_ENV
+
+    mirrored = os.environ.pop(SPARE_OF_ENV, "")
+    # A claim already waiting is not kept waiting for a server it may not want.
+    spare = None if _stdin_readable() else _start_spare(mirrored)
     ready = utcnow()
     line = sys.stdin.readline()
     if not line:
+        if spare is not None:
+            spare.drop()
         return 0
     fields = line.split()
     if len(fields) != 2 or not fields[1].isdigit():
@@ -204,7 +222,7 @@ def _warm_main() -> int:
         f"took eval run {run_id} (claim {epoch})",
         flush=True,
     )
-    return event_loop.run(_main(settings, run_id, epoch, ended=says))
+    return event_loop.run(_main(settings, run_id, epoch, ended=says, spare=spare))
 
 
 def _ended_pipe() -> Callable[[], None]:
@@ -261,6 +279,182 @@ def _warm_sandbox() -> None:
         shim_bytecode(SHIM_SOURCE)
 
 
+_SPARE_WAIT_SEC = 5.0
+
+
+@dataclass
+class _SpareRun:
+    """What a warm worker prepared for the next run (`OSMOSIS_SPARE_SERVER`): a checkout of
+    the run it mirrors, that run's config written in, and the sandboxed server started in it
+    (held by `sandbox.spare` until a site claims it, or `drop`)."""
+
+    workspace_id: str
+    origin_url: str
+    commit_sha: str
+    tree: Path
+    config_path: str
+    """Where the mirrored run's config was written in `tree`."""
+    original: bytes | None
+    """What the commit holds there (None: nothing): put back before another run takes it."""
+    trials: Path
+    """The server's own directory (its outbox), under the runs' root: the same file system."""
+    ready_fd: int
+    """The server's readiness pipe (`Spare.ready`)."""
+
+    def difference(self, run: EvalRun) -> str | None:
+        """What of the run's checkout differs from this one (None: nothing)."""
+        for name, ours, theirs in (
+            ("workspace", self.workspace_id, run.workspace_id),
+            ("origin", self.origin_url, run.origin_url),
+            ("commit", self.commit_sha, run.commit_sha),
+        ):
+            if ours != theirs:
+                return name
+        return None
+
+    def server_ready(self) -> bool:
+        """Whether its server is about to answer, waiting for it a while: a claim that came
+        while it started still gets it sooner than a server of its own."""
+        from osmosis.eval.sites.sandbox import spare
+
+        held = spare.peek()
+        return (
+            held is not None
+            and held.early.ready_fd == self.ready_fd
+            and held.ready(_SPARE_WAIT_SEC)
+        )
+
+    def restore_config(self) -> None:
+        if self.original is None:
+            (self.tree / self.config_path).unlink(missing_ok=True)
+        else:
+            write_in_tree(self.tree, self.config_path, self.original)
+
+    def drop(self) -> None:
+        """Kill the server and remove the checkout and its directory."""
+        from osmosis.eval.sites.sandbox import spare
+
+        spare.discard()
+        shutil.rmtree(self.tree, ignore_errors=True)
+        shutil.rmtree(self.trials, ignore_errors=True)
+
+
+def _stdin_readable() -> bool:
+    try:
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+def _start_spare(mirrored: str) -> _SpareRun | None:
+    """A warm worker started after run `mirrored` ended: prepare that run's sandboxed server
+    for the next claim, which adopts it only if it would make exactly the same one. None when
+    there is nothing to mirror, the setting or the sandbox is off, or it cannot be started
+    (said on stderr, the spare's log: the next run starts its own server as it always did)."""
+    if not mirrored:
+        return None
+    try:
+        settings = Settings.from_env()
+    except Exception:  # the run reads them again and says what is wrong
+        return None
+    if not (settings.spare_server and settings.sandbox and settings.executor != "ray"):
+        return None
+    remove_dead_spares(settings.home, runs_root(settings))
+    try:
+        return _prepare_spare(settings, mirrored)
+    except Exception as error:
+        print(f"no spare rollout server: {describe(error)}", file=sys.stderr, flush=True)
+        return None
+
+
+def _prepare_spare(settings: Settings, mirrored: str) -> _SpareRun | None:
+    from osmosis.eval.inputs.config import load_eval_config
+    from osmosis.eval.inputs.secrets import resolve_secrets as resolve_required
+    from osmosis.eval.sites.environment import prepare_environment
+    from osmosis.eval.sites.sandbox import spare
+    from osmosis.eval.sites.sandbox.build import BuildSandbox
+    from osmosis.eval.sites.sandbox.site import start_spare
+
+    name = f"{SPARE_PREFIX}{os.getpid()}"
+    # The mirrored run's worker, to read it as the next run will be read; it writes nothing.
+    mirror = _Worker(settings, mirrored, 0)
+    try:
+        with mirror.sessions() as db:
+            run = db.get(EvalRun, mirrored)
+            if run is None:
+                return None
+            mirror.workspace = db.get(Workspace, run.workspace_id)
+            db.expunge_all()
+        spec = mirror._rollout_site(run)
+        if not isinstance(spec, SandboxSiteSpec):
+            return None
+        tree = checkout(
+            settings.home,
+            workspace_id=run.workspace_id,
+            origin_url=run.origin_url,
+            commit_sha=run.commit_sha,
+            run_id=name,
+            log=lambda _line: None,
+            limits=RepoLimits(max_bytes=settings.repo_max_bytes, max_files=settings.repo_max_files),
+        ).resolve()  # as the run's plan names its checkout
+        trials = runs_root(settings) / name
+        try:
+            original = _in_tree(tree, run.config_path)
+            config_path = write_in_tree(tree, run.config_path, run.config_toml.encode("utf-8"))
+            config = load_eval_config(config_path, workspace_root=tree)
+            # Secrets resolved in memory, as the run resolves them; never written anywhere.
+            secrets = resolve_required(
+                config.secrets.required, file_values={}, environ=mirror._environ(run)
+            )
+            rollout_dir = config.rollout_dir(tree)
+            environment = prepare_environment(
+                rollout_dir,
+                cache_root=settings.home / "envs",
+                log=lambda _line: None,
+                scope=f"workspace:{run.workspace_id}",
+                checkout=tree,
+                sandbox=BuildSandbox.for_policy(spec.policy),
+            )
+            server = start_spare(
+                environment,
+                rollout_dir,
+                rollout_dir / config.experiment.entrypoint,
+                env={**config.env, **secrets.values},
+                policy=spec.policy,
+                workspace=tree,
+                trials_root=trials / "rollout_trials",
+                hidden=(tree / ".osmosis", *spec.hidden),
+                base_env=spec.base_env,
+                bridge_host=settings.bridge_host,
+            )
+            spare.hold(server, bridge_host=settings.bridge_host)
+        except BaseException:
+            spare.discard()
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.rmtree(trials, ignore_errors=True)
+            raise
+        return _SpareRun(
+            workspace_id=run.workspace_id,
+            origin_url=run.origin_url,
+            commit_sha=run.commit_sha,
+            tree=tree,
+            config_path=run.config_path,
+            original=original,
+            trials=trials,
+            ready_fd=server.early.ready_fd,
+        )
+    finally:
+        mirror.engine.dispose()
+
+
+def _in_tree(tree: Path, relative: str) -> bytes | None:
+    """The committed file at `relative` (None: none, or not a plain file)."""
+    path = tree / relative
+    if path.is_symlink() or not path.is_file():
+        return None
+    return path.read_bytes()
+
+
 def _take_output(settings: Settings, run_id: str) -> None:
     """Point stdout and stderr at the run's worker log, and stdin at /dev/null, as the
     scheduler does for a worker it starts for the run."""
@@ -301,9 +495,14 @@ def _retitle(run_id: str, epoch: int) -> None:
 
 
 async def _main(
-    settings: Settings, run_id: str, epoch: int, *, ended: Callable[[], None] | None = None
+    settings: Settings,
+    run_id: str,
+    epoch: int,
+    *,
+    ended: Callable[[], None] | None = None,
+    spare: _SpareRun | None = None,
 ) -> int:
-    worker = _Worker(settings, run_id, epoch, ended=ended)
+    worker = _Worker(settings, run_id, epoch, ended=ended, spare=spare)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -326,9 +525,13 @@ class _Worker:
         epoch: int,
         *,
         ended: Callable[[], None] | None = None,
+        spare: _SpareRun | None = None,
     ) -> None:
         assert settings.database_url is not None  # filled in by Settings
         self.settings = settings
+        self.spare = spare
+        """What a warm worker prepared ahead (`_start_spare`), until `_prepare` takes it."""
+        self.spare_trials: Path | None = None  # the adopted spare's directory, removed at close
         self.ended = ended or (lambda: None)
         self.run_id = run_id
         self.epoch = epoch
@@ -355,6 +558,19 @@ class _Worker:
     def close(self) -> None:
         self.publish()  # the last lines of logs.txt, and what a stop or a failure left
         self.engine.dispose()
+        self._drop_spare()
+
+    def _drop_spare(self) -> None:
+        """Kill and remove a spare server this run did not adopt (its plan failed, say)."""
+        from osmosis.eval.sites.sandbox import spare
+
+        spare.discard()
+        if self.spare is not None:
+            self.spare.drop()
+            self.spare = None
+        if self.spare_trials is not None:
+            shutil.rmtree(self.spare_trials, ignore_errors=True)
+            self.spare_trials = None
 
     def publish(self) -> None:
         """With an object store: upload the run's changed files (errors are reported and
@@ -553,7 +769,9 @@ class _Worker:
 
         The tree is the pushed repository's, links and all: the config is written without
         following any (`write_in_tree`), and the dataset copy lives beside the tree, where
-        no committed `.osmosis` link can redirect it, verified against its SHA-256."""
+        no committed `.osmosis` link can redirect it, verified against its SHA-256. A spare's
+        checkout of the same commit becomes the run's (`_take_spare`)."""
+        self._take_spare(run)
         tree = checkout(
             self.settings.home,
             workspace_id=run.workspace_id,
@@ -581,6 +799,29 @@ class _Worker:
                 print(f"error: eval run {run.id}: {error.message}", file=sys.stderr, flush=True)
                 raise
         return config_path, dataset_file
+
+    def _take_spare(self, run: EvalRun) -> None:
+        """Rename the spare's checkout to this run's, when it is of the run's workspace, origin
+        and commit and its server has started (bwrap bound the directory, which it follows);
+        else kill the spare and say why. The sandbox site then compares the server's whole
+        launch with its own (`SandboxSite._fitting_spare`) before it adopts it."""
+        held, self.spare = self.spare, None
+        if held is None:
+            return
+        differs = held.difference(run)
+        if differs is None and not held.server_ready():
+            differs = "its start (it had not answered yet)"
+        if differs is None:
+            try:
+                held.restore_config()
+                os.rename(held.tree, checkout_path(self.settings.home, run.id))
+            except OSError as error:
+                differs = f"its checkout ({error.strerror})"
+        if differs is not None:
+            held.drop()
+            self.log(f"rollout server: the spare was not adopted: it differs in {differs}")
+            return
+        self.spare_trials = held.trials
 
     def _replay_source(self, run: EvalRun) -> _ReplaySource:
         """The cache mode the submit decided and the run whose record answers this one's

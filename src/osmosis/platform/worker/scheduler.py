@@ -47,7 +47,9 @@ The next spare starts once the run it took has ended (the worker says so on a pi
 with that run's start and attempts (issue 30: a 500-row run dispatches in about a second).
 A spare that ends is replaced (backing off up to a minute), never handed a run; `close`
 kills it.
-`OSMOSIS_WORKER_WARM=off` starts every worker for its run instead.
+`OSMOSIS_WORKER_WARM=off` starts every worker for its run instead. A spare is told the last
+run handed out (`SPARE_OF_ENV`), whose sandboxed rollout server it starts ahead
+(`run_worker._start_spare`); what a killed one left is removed on close and at each sweep.
 
 Workers lead their own process group and, on Linux, are SIGKILLed by the kernel when this
 process dies (`PR_SET_PDEATHSIG`); each worker does the same for its rollout server, so a
@@ -73,6 +75,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from osmosis.eval.sites.sandbox.disk import remove_stale
+from osmosis.eval.sites.sandbox.limits import sweep_groups
 
 # The rollout process's parent-death hook serves the worker just as well.
 from osmosis.eval.sites.spawn import die_with_parent_hook
@@ -84,9 +87,13 @@ from osmosis.platform.core.disk import DiskSpace, disk_space
 from osmosis.platform.core.schema_revision import schema_problem
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.services.run_files import append_log
-from osmosis.platform.services.runs import run_dir
+from osmosis.platform.services.runs import run_dir, runs_root
 from osmosis.platform.worker import leases, processes
-from osmosis.platform.worker.checkout import remove_set_aside, remove_stale_mirrors
+from osmosis.platform.worker.checkout import (
+    remove_dead_spares,
+    remove_set_aside,
+    remove_stale_mirrors,
+)
 
 if TYPE_CHECKING:
     from osmosis.platform.worker.metrics import MetricsServer
@@ -108,6 +115,8 @@ MIRROR_SWEEP_SEC = 3600.0
 SPARE_HOLD_MAX_SEC = 5.0
 # A spare's end of the pipe it writes to once its run has ended (`run_worker`).
 ENDED_FD_ENV = "_OSMOSIS_RUN_ENDED_FD"
+# The run a spare mirrors: the last one handed to a worker, whose server it starts ahead.
+SPARE_OF_ENV = "_OSMOSIS_SPARE_OF"
 _WORKER_MODULE = "osmosis.platform.worker.run_worker"
 # Room in a spare's argv for `<run_id> <epoch>`, which it writes there once it takes a run
 # (`run_worker._retitle`): `ps` and /proc then name the run, as for a worker started for it.
@@ -180,6 +189,7 @@ class Scheduler:
         # spare waits for it (monotonic).
         self._hold: tuple[int, float] | None = None
         self._spare_backoff = _Backoff()
+        self._last_run: str | None = None  # the run the next spare's server mirrors
 
     @property
     def _renew_every(self) -> float:
@@ -260,6 +270,11 @@ class Scheduler:
         with contextlib.suppress(TimeoutError):
             waits = (asyncio.to_thread(worker.wait) for worker in workers)
             await asyncio.wait_for(asyncio.gather(*waits), SHUTDOWN_GRACE_SEC)
+        if self.warm:  # the killed spare's checkout, server directory and cgroup
+            await asyncio.to_thread(
+                remove_dead_spares, self._settings.home, runs_root(self._settings)
+            )
+            await asyncio.to_thread(sweep_groups)
         held, self._held = self._held, {}
         with contextlib.suppress(Exception):  # a dead database: the leases run out instead
             await asyncio.wait_for(asyncio.to_thread(self._give_back, held), SHUTDOWN_GRACE_SEC)
@@ -376,8 +391,10 @@ class Scheduler:
         removed = remove_stale_mirrors(self._settings.home, workspace_ids=workspace_ids)
         if removed:
             logger.info("removed the git mirrors of %d deleted workspaces", removed)
-        # Checkouts a killed worker had set aside but not yet deleted (`run_worker._finish`).
+        # Checkouts a killed worker had set aside but not yet deleted (`run_worker._finish`),
+        # and a killed spare's checkout and server directory.
         remove_set_aside(self._settings.home)
+        remove_dead_spares(self._settings.home, runs_root(self._settings))
         return removed
 
     def _heartbeat(self) -> None:
@@ -548,6 +565,7 @@ class Scheduler:
         return True
 
     def _spawn(self, claim: leases.Claim) -> None:
+        self._last_run = claim.run_id
         log_path = self._worker_log(claim.run_id)
         make_private_dir(log_path.parent)
         worker = self._hand_to_spare(claim)
@@ -569,6 +587,8 @@ class Scheduler:
         env = self._worker_env()
         if says is not None:
             env[ENDED_FD_ENV] = str(says)
+        if spare and self._last_run is not None and self._settings.spare_server:
+            env[SPARE_OF_ENV] = self._last_run
         with open(open_private_append(log_path), "ab") as output:
             return subprocess.Popen(
                 [sys.executable, "-m", _WORKER_MODULE, *args],

@@ -39,6 +39,7 @@ from osmosis.vocabulary import format_bytes
 _GROUP_PREFIX = "osmosis-sandbox-"
 _STALE_AFTER_SEC = 600.0  # an empty group this old was left by an engine that was killed
 _KILL_ROUNDS = 50
+_SPARE_NAME = "spare-"
 
 
 @dataclass
@@ -299,16 +300,42 @@ def _own_cgroup(controller: str | None) -> str | None:
     return None
 
 
+def spare_group_name(pid: int) -> str:
+    """The name a spare server's group is made under (`create_limit_group`): its owner's pid
+    in it, so a killed owner's group goes at the next sweep, however young."""
+    return f"{_SPARE_NAME}{pid}"
+
+
+def sweep_groups() -> None:
+    """Remove the empty groups killed engines left in this process's own cgroups now (what
+    `create_limit_group` does before it makes one)."""
+    for controller, fstype in ((None, "cgroup2"), ("memory", "cgroup"), ("pids", "cgroup")):
+        mount, own = _mount_point(fstype, controller), _own_cgroup(controller)
+        if mount is not None and own is not None:
+            _sweep(mount / own.lstrip("/"))
+
+
 def _sweep(parent: Path) -> None:
     """Remove empty groups left behind by engines that were killed (never a live one: an
-    engine's group holds its server's processes, and a fresh empty one is younger)."""
+    engine's group holds its server's processes, and a fresh empty one is younger, or names
+    its owner: a spare's)."""
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             if not entry.name.startswith(_GROUP_PREFIX):
                 continue
             with contextlib.suppress(OSError):
-                if time.time() - entry.stat().st_mtime > _STALE_AFTER_SEC and not _pids(entry):
+                stale = time.time() - entry.stat().st_mtime > _STALE_AFTER_SEC
+                if (stale or _owner_gone(entry.name)) and not _pids(entry):
                     entry.rmdir()
+
+
+def _owner_gone(name: str) -> bool:
+    owner = name.removeprefix(f"{_GROUP_PREFIX}{_SPARE_NAME}").split("-", 1)[0]
+    return (
+        name.startswith(f"{_GROUP_PREFIX}{_SPARE_NAME}")
+        and owner.isdigit()
+        and (not os.path.exists(f"/proc/{owner}"))
+    )
 
 
 def _pids(directory: Path) -> list[int]:

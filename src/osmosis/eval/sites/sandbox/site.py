@@ -39,6 +39,10 @@ sandbox itself):
   (a failure `resource_limit`) instead of its result, and keeps no files; one that leaves the
   server past its disk quota ends the server the same way as the watcher does. Restarts after
   a resource limit do not use the endpoint's restart budget.
+
+A server can be started ahead (`start_spare`, held by `osmosis.eval.sites.sandbox.spare`): the
+site's first endpoint is that server when its launch is the one the site would make, its
+outbox renamed to the site's; else it is killed, and the log says what differed.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from osmosis.eval.results.trial_outputs import (
     copy_artifacts,
     write_trial_json,
 )
+from osmosis.eval.sites import prestart
 from osmosis.eval.sites.api import (
     Lease,
     ResourceLimitBreach,
@@ -91,7 +96,7 @@ from osmosis.eval.sites.rollout_process import (
     RolloutProcess,
     RolloutStartError,
 )
-from osmosis.eval.sites.sandbox import disk
+from osmosis.eval.sites.sandbox import disk, spare
 from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.layout import (
     HANDOFF_SOCKET,
@@ -105,11 +110,14 @@ from osmosis.eval.sites.sandbox.layout import (
     shim_bytecode,
     write_etc,
 )
-from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
+from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group, spare_group_name
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
 from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
+from osmosis.eval.sites.sandbox.spare import Spare
 from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
 from osmosis.eval.sites.seam import Endpoint
+from osmosis.eval.sites.spawn import _free_port as free_port
+from osmosis.eval.sites.spawn import ready_pipe, rollout_launch, spawn
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 from osmosis.rollout.types import RolloutStatus
 from osmosis.vocabulary import format_bytes
@@ -722,11 +730,15 @@ class SandboxSite(LocalProcessSite):
         self._forwarder: BridgeForwarder | None = None
         self._described = False
         self._limit_restarts = 0
+        self._spare: Spare | None = None  # a server started ahead, adopted by `_launch`
 
     async def start(self, replicas: int | None = 1) -> None:
         """Check the sandbox works here (`SandboxUnavailable` otherwise), prepare the site's
-        directory and the bridge's socket, then start the servers as the local site does."""
+        directory and the bridge's socket, then start the servers as the local site does;
+        the first is the spare this process holds (`sandbox.spare`) when it is the server this
+        site would start."""
         python = self.environment.python
+        self._spare = await self._fitting_spare()
         # One thread for the file-system work (each hop to a thread waits for a core, long
         # under load), and the shim's bytecode compiled beside it (once per process).
         try:
@@ -752,7 +764,10 @@ class SandboxSite(LocalProcessSite):
             )
         )
         try:
-            self._shim = compile_shim(SHIM_SOURCE, python, site_dir / "shim.pyc")
+            if self._spare is not None:
+                self._shim = self._spare.shim  # the bytes its shim runs: left as they are
+            else:
+                self._shim = compile_shim(SHIM_SOURCE, python, site_dir / "shim.pyc")
             host, port = self.bridge_address
             self._forwarder = await BridgeForwarder.start(
                 site_dir / "bridge" / Path(HANDOFF_SOCKET).name, host, port
@@ -762,9 +777,36 @@ class SandboxSite(LocalProcessSite):
             await self._close()
             raise
 
+    async def _fitting_spare(self) -> Spare | None:
+        """The spare this process holds, when it is the server this site would start first;
+        killed (and the log says what differs) otherwise. None when there is none."""
+        found = spare.claim()
+        if found is None:
+            return None
+        differs = found.difference(self)
+        if differs is None:
+            return found
+        await asyncio.to_thread(found.kill)
+        self.log(f"rollout server: the spare was not adopted: it differs in {differs}")
+        return None
+
     def _prepare(self) -> SandboxSupport:
         """Check bwrap (`SandboxUnavailable`), clear what killed engines left, and make the
-        site's directory (0700: ours only) with its `/etc` files, and the outbox."""
+        site's directory (0700: ours only) with its `/etc` files, and the outbox; with a
+        spare, take its directory and rename its outbox to this site's."""
+        if self._spare is not None:
+            _sweep_site_dirs()
+            disk.remove_stale(self.trials_root)
+            try:
+                self.outbox.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(self._spare.outbox, self.outbox)
+            except OSError as error:  # another file system, say: the run starts its own
+                self._spare.kill()
+                self._spare = None
+                self.log(f"rollout server: the spare was not adopted: its outbox: {error}")
+            else:
+                self.support, self._site_dir = self._spare.support, self._spare.site_dir
+                return self._spare.support
         support = probe_sandbox(self.policy.bwrap)
         self.support = support
         support.require()
@@ -804,6 +846,11 @@ class SandboxSite(LocalProcessSite):
 
     async def _launch(self, name: str) -> LocalEndpoint:
         assert self._site_dir is not None and self.support is not None, "start() first"
+        found, self._spare = self._spare, None
+        if found is not None:
+            adopted = await self._adopt_spare(name, found)
+            if adopted is not None:
+                return adopted
         group = await asyncio.to_thread(create_limit_group, name, self.policy.limits)
         if not self._described:
             self._described = True
@@ -870,6 +917,161 @@ class SandboxSite(LocalProcessSite):
             trial_limits=self.trial_limits,
             log=self.log,
         )
+
+    async def _adopt_spare(self, name: str, found: Spare) -> SandboxEndpoint | None:
+        """The spare as this site's endpoint `name`, once it answers; None (it is killed, and
+        the log says why) when it does not."""
+        process: RolloutProcess | None = None
+        client = RolloutClient("http://rollout", unix_socket=found.socket_path, handoff=True)
+        try:
+            process = await RolloutProcess.adopt(
+                found.early.popen,
+                name=name,
+                port=found.early.port,
+                instance_id=found.early.instance_id,
+                ready_fd=found.early.ready_fd,
+                log=self.log,
+                redactor=self.redactor,
+                startup_timeout=self.startup_timeout,
+                socket_path=found.socket_path,
+                terminate=_terminate_shim,
+            )
+            capacity = capacity_of(await client.health())
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+            if process is not None:
+                await process.stop()
+            await asyncio.to_thread(_release_group, found.group, found.socket_path)
+            if found.slirp is not None:
+                found.slirp.stop()
+            self.log(f"rollout server: the spare was not adopted: {error}")
+            return None
+        self.log(f"rollout server {name}: adopted the spare started {found.age:.1f} s ago")
+        return SandboxEndpoint(
+            name,
+            process,
+            client,
+            capacity=capacity,
+            trials_root=self.trials_root,
+            outbox=self.outbox,
+            ended=self.ended / found.socket_path.stem,
+            claimed=self._claimed,
+            group=found.group,
+            slirp=found.slirp,
+            socket_path=found.socket_path,
+            trial_limits=self.trial_limits,
+            log=self.log,
+        )
+
+
+def start_spare(
+    environment: RolloutEnvironment,
+    rollout_dir: Path,
+    entrypoint: str | Path,
+    *,
+    env: Mapping[str, str],
+    policy: SandboxPolicy,
+    workspace: Path,
+    trials_root: Path,
+    hidden: Sequence[Path] = (),
+    base_env: Mapping[str, str] | None = None,
+    bridge_host: str = "127.0.0.1",
+) -> spare.Spare:
+    """A spare (`sandbox.spare`): spawn the server a `SandboxSite` with these arguments would
+    start first, on this thread (its parent-death signal follows it), without waiting for it
+    to answer: the site that adopts it does. `trials_root` is the spare's own (its outbox is
+    beside it); `workspace` is a checkout the run will take as is. Raises what the site's
+    start would (`OSError`, `SandboxUnavailable`, `SubprocessError`), leaving nothing behind."""
+    from osmosis.eval.model.bridge_address import BridgeAddress
+
+    bridge = BridgeAddress.listen(bridge_host)
+    port = bridge.sock.getsockname()[1]
+    site = SandboxSite(
+        environment,
+        rollout_dir,
+        entrypoint,
+        env=env,
+        trials_root=trials_root,
+        log=lambda _line: None,
+        redactor=Redactor([]),
+        policy=policy,
+        workspace=workspace,
+        bridge_url=f"http://127.0.0.1:{port}/v1",
+        bridge_address=(bridge_host, port),
+        hidden=hidden,
+        base_env=base_env,
+    )
+    made: list[Path] = []
+    group: LimitGroup | None = None
+    socket_path: Path | None = None
+    try:
+        info = os.stat(site.workspace)  # what the adopting site checks it binds
+        support = site._prepare()
+        assert site._site_dir is not None
+        made.append(site._site_dir)
+        shim = compile_shim(SHIM_SOURCE, environment.python, site._site_dir / "shim.pyc")
+        site._shim = shim
+        name = spare_group_name(os.getpid())
+        group = create_limit_group(name, policy.limits)
+        socket_path = site._site_dir / f"{name}-{uuid.uuid4().hex[:8]}.sock"
+        launch = rollout_launch(
+            environment,
+            rollout_dir,
+            entrypoint,
+            env=env,
+            base_env=os.environ if site.base_env is None else site.base_env,
+            artifact_root=site.outbox,
+            port=free_port(),
+            instance_id=uuid.uuid4().hex,
+        )
+        plain = Launch(list(launch.argv), dict(launch.env), launch.cwd)  # before the readiness fd
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(socket_path))
+            listener.listen(LISTEN_BACKLOG)  # as the site's own start
+            launcher = _Launcher(site, group, listener, socket_path)
+            ready_read, ready_write = ready_pipe(launch)
+            try:
+                popen = spawn(launcher.wrap(launch), ready_write)
+            except BaseException:
+                os.close(ready_read)
+                launcher.release()
+                raise
+    except BaseException:
+        if group is not None:
+            group.kill()
+            group.remove()
+        for directory in made:
+            shutil.rmtree(directory, ignore_errors=True)
+        disk.remove_stale(trials_root)
+        bridge.close()
+        raise
+    early = prestart.Prestarted(
+        popen,
+        plain,
+        int(launch.env["_OSMOSIS_ROLLOUT_PORT"]),
+        launch.env["_OSMOSIS_ROLLOUT_INSTANCE_ID"],
+        ready_read,
+        time.monotonic(),
+    )
+    return spare.Spare(
+        early=early,
+        environment=environment,
+        policy=policy,
+        hidden=site.hidden,
+        workspace=site.workspace,
+        workspace_inode=(info.st_dev, info.st_ino),
+        outbox=site.outbox.resolve(),
+        trials_root=trials_root,
+        site_dir=site._site_dir,
+        shim=shim,
+        support=support,
+        group=group,
+        socket_path=socket_path,
+        slirp=launcher.slirp,
+        bridge_port=port,
+        bridge=bridge,
+    )
 
 
 def _terminate_shim(pid: int) -> None:
@@ -1076,4 +1278,4 @@ def _release_group(group: LimitGroup, socket_path: Path) -> None:
         socket_path.unlink()
 
 
-__all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite"]
+__all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite", "start_spare"]
