@@ -40,6 +40,7 @@ __all__ = [
     "canonical_identity",
     "create_missing_dirs",
     "find_top_level",
+    "git_missing",
     "missing_dirs",
     "normalise_identity",
     "origin_url",
@@ -209,10 +210,15 @@ def run_git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             check=False,
         )
     except FileNotFoundError:
-        raise WorkspaceError(
-            "git is not installed; osmosis finds the workspace through git",
-            hint="install git, then run this command inside a git work tree",
-        ) from None
+        raise git_missing() from None
+
+
+def git_missing() -> WorkspaceError:
+    """The error of a git command that could not start: git is not installed."""
+    return WorkspaceError(
+        "git is not installed; osmosis finds the workspace through git",
+        hint="install git, then run this command inside a git work tree",
+    )
 
 
 def find_top_level(start: Path) -> Path:

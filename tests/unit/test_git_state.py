@@ -5,13 +5,16 @@ Real git repositories, each with a local bare repository as `origin`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from osmosis.git_state import GitStateError, resolve_git_state
+from osmosis.git_state import GitStateError, begin_git_state, object_ids, resolve_git_state
 
 GIT_ENV = {
     **os.environ,
@@ -217,3 +220,36 @@ def test_an_origin_with_nothing_pushed_says_so(tmp_path):
     commit(work, "README.md")
     state = resolve_git_state(work, branch=None, commit_sha=None)
     assert any("nothing pushed" in w for w in state.warnings)
+
+
+def test_object_ids_answers_every_name_at_once_found_or_not(tree):
+    head = git(tree, "rev-parse", "HEAD")
+    readme = git(tree, "rev-parse", "HEAD:README.md")
+    odd = commit(tree, "two\nlines.txt", "y")  # a name with a line break is asked alone
+    blob = git(tree, "rev-parse", f"{odd}:two\nlines.txt")
+    names = [f"{head}^{{commit}}", "HEAD:./README.md", "HEAD:./two\nlines.txt", "HEAD:./nope",
+             "nope^{commit}", ""]  # fmt: skip
+    assert object_ids(tree, names) == [head, readme, blob, None, None, None]
+    assert object_ids(tree / "not-a-repository", ["HEAD^{commit}"]) == [None]
+
+
+def test_a_git_state_left_unread_does_not_wait_for_origin(tree):
+    # An error before `result()` (or Ctrl-C) ends the questions still running: here origin
+    # takes 20 s to answer `ls-remote`, and its pid says which process to end afterwards.
+    pid_file = tree.parent / "upload-pack.pid"
+    git(tree, "config", "remote.origin.uploadpack", f"echo $$ > {pid_file}; exec sleep 20 #")
+    pending = begin_git_state(tree, branch=None, commit_sha=None)
+    try:
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), "ls-remote never reached origin"
+        started = time.monotonic()
+        pending.close()
+        assert time.monotonic() - started < 5
+    finally:
+        pending.close()
+        pid = pid_file.read_text().strip() if pid_file.exists() else ""
+        if pid.isdigit() and int(pid) > 1:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

@@ -24,8 +24,10 @@ command bodies.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,12 +166,6 @@ def _after(preflight: Preflight, ask: Callable[[str], str]) -> Callable[[str], s
     return asked
 
 
-def _has(top: Path, object_name: str) -> bool:
-    from osmosis.workspace import run_git
-
-    return run_git("cat-file", "-e", object_name, cwd=top).returncode == 0
-
-
 def check_entrypoint_in_commit(top: Path, state: GitState, entrypoint: str) -> None:
     """Refuse, before any request, when the commit the platform will check out lacks the
     entrypoint (`rollouts/x/main.py`, relative to the workspace at `top`).
@@ -178,22 +174,25 @@ def check_entrypoint_in_commit(top: Path, state: GitState, entrypoint: str) -> N
     the last fetch), say so rather than guess.
     """
     from osmosis.cli.output import CLIError
-    from osmosis.git_state import REMOTE
+    from osmosis.git_state import REMOTE, object_ids
     from osmosis.workspace import run_git
 
     sha = state.commit_sha
     target = f"{REMOTE}/{state.branch}" if state.branch else f"commit {sha[:7]}"
     details = {"entrypoint": entrypoint, "commit_sha": sha, "branch": state.branch}
-    if not _has(top, f"{sha}^{{commit}}"):
+    fetched, in_commit, in_head = object_ids(
+        top, [f"{sha}^{{commit}}", f"{sha}:./{entrypoint}", f"HEAD:./{entrypoint}"]
+    )
+    if fetched is None:
         raise CLIError(
             f"{target} is at {sha[:7]}, which this clone has not fetched: cannot check that it "
             f"has {entrypoint}",
             details=details,
             hint=f"git fetch {REMOTE}, then submit again",
         )
-    if _has(top, f"{sha}:./{entrypoint}"):
+    if in_commit is not None:
         return
-    if _has(top, f"HEAD:./{entrypoint}"):
+    if in_head is not None:
         current = run_git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=top).stdout.strip()
         if state.branch and current == state.branch:
             hint = f"git push {REMOTE} {state.branch}"
@@ -506,15 +505,7 @@ def submit_command(
     # closes it unanswered.
     early = submit_early.take(config) or early_preflight(config, top)
     try:
-        from osmosis.cli.credentials import open_client, platform_errors
-        from osmosis.cli.eval.estimate import submit_estimate
-        from osmosis.git_state import GitStateError, resolve_git_state
-        from osmosis.wire.runs import (
-            EvalRunCreate,
-            ExperimentConfigIn,
-            RepositoryRef,
-            RunSecrets,
-        )
+        from osmosis.git_state import GitStateError, begin_git_state
 
         loaded = _load_config(config, workspace)
         overridden = model is not None or n is not None or limit is not None
@@ -523,12 +514,29 @@ def submit_command(
         configs = [with_overrides(loaded.config, m, n=n, limit=limit) for m in chosen]
         cfg = configs[0]
         experiment = cfg.experiment
-        try:
-            state = resolve_git_state(
-                workspace.directory, branch=experiment.branch, commit_sha=experiment.commit_sha
+        with begin_git_state(
+            workspace.directory, branch=experiment.branch, commit_sha=experiment.commit_sha
+        ) as pending:
+            # Imported while git answers (origin's HEAD, the status): what the requests need,
+            # httpx first (~40 ms). httpcore imports HTTP/2 support whenever h2 is installed
+            # (~10 ms); the platform client speaks HTTP/1.1, and an import that fails (None
+            # in sys.modules) leaves httpcore a stub in its place.
+            for unused in ("httpcore._sync.http2", "httpcore._async.http2"):
+                sys.modules.setdefault(unused, None)  # type: ignore[arg-type]
+            importlib.import_module("osmosis.client")
+            from osmosis.cli.credentials import open_client, platform_errors
+            from osmosis.cli.eval.estimate import submit_estimate
+            from osmosis.wire.runs import (
+                EvalRunCreate,
+                ExperimentConfigIn,
+                RepositoryRef,
+                RunSecrets,
             )
-        except GitStateError as error:
-            raise CLIError(error.message, hint=error.hint or None) from None
+
+            try:
+                state = pending.result()
+            except GitStateError as error:
+                raise CLIError(error.message, hint=error.hint or None) from None
         warnings = list(state.warnings)
         check_entrypoint_in_commit(
             top, state, f"rollouts/{experiment.rollout}/{experiment.entrypoint}"
@@ -559,13 +567,19 @@ def submit_command(
             if key_warning:
                 warnings.append(key_warning)
         models = [each.experiment.model_path for each in configs]
-        rows = rows_to_run(
+        ask_rows = functools.partial(
+            rows_to_run,
             client,
             git=workspace.identity,
             dataset=experiment.dataset,
             limit=cfg.evaluation.limit,
             limit_from="evaluation.limit" if limit is None else "--limit",
         )
+        # The summary is read where it is shown or where a refused confirmation echoes it;
+        # under --json -y only the output reads the rows: asked once the runs are submitted,
+        # and no estimate (it reads and sizes the local dataset).
+        summarised = out.mode.value != "json" or not yes
+        rows = ask_rows() if summarised else None
         summary = {
             "Workspace": workspace.identity,
             "Rollout": experiment.rollout,
@@ -641,6 +655,8 @@ def submit_command(
                     error.message += f" (already submitted: {', '.join(names)})"
                     error.details["submitted"] = names
                 raise
+        if not summarised:
+            rows = ask_rows()
         context = envelope_context(workspace, client)
         base_url = client.base_url
     resources = [

@@ -5,6 +5,7 @@ runs nothing early. Real child interpreters; the entrypoints leave a mark when i
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,20 @@ def test_a_config_that_is_not_toml_starts_nothing(tmp_path: Path) -> None:
     config.write_text("[experiment\n")
     assert early_preflight(config, tmp_path) is None
     assert not list(tmp_path.glob("*.mark"))
+
+
+def test_the_answer_does_not_wait_for_threads_the_import_left_running(tmp_path: Path) -> None:
+    # A watcher or keep-alive thread the entrypoint starts would hold an interpreter's exit
+    # until it ends; the submit needs only the import's outcome.
+    config = workspace(tmp_path, rollout="bench", entrypoint="main.py")
+    (tmp_path / "rollouts" / "bench" / "main.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n"
+    )
+    preflight = early_preflight(config, tmp_path)
+    assert preflight is not None
+    started = time.monotonic()
+    try:
+        assert preflight.result() is None
+    finally:
+        preflight.close()
+    assert time.monotonic() - started < 20
