@@ -68,9 +68,8 @@ def test_a_run_adopts_the_server_started_at_its_entry_and_starts_no_other(tmp_pa
     [
         # [secrets]: resolved by the plan, not at the entry; the run's own server only.
         ("secrets", ["SCRIPTED_TOKEN"], (), 1),
-        # Another site: an early server would be the wrong one. The sandboxed server cannot
-        # write the file, so any pid in it is of a server outside the sandbox.
-        ("sandbox", [], ("--sandbox",), 0),
+        # Two servers: the one started early would be the wrong count.
+        ("replicas", [], ("--replicas", "2"), 2),
     ],
 )
 def test_no_early_start_when_the_launch_is_not_known_at_the_entry(
@@ -120,3 +119,45 @@ def test_a_plan_error_after_the_early_start_exits_as_before_and_leaves_no_server
     (pid,) = _pids(pids)  # the early server had started ...
     assert not _alive(pid)  # ... and is gone with the command
     assert not (config.parents[2] / ".osmosis" / "evals" / "broken").exists()
+
+
+def _sandbox_processes(marker: str) -> list[int]:
+    """Processes whose command line names `marker` (a workspace's unique path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in line and "bwrap" in line:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_sandboxed_run_adopts_the_sandboxed_server_started_at_its_entry(tmp_path, fake_model):
+    config = _workspace(tmp_path)
+    done = osmosis(
+        "eval", "run", str(config), "-y", "--json", "--name", "boxed", "--sandbox",
+        cwd=config.parents[2], env=model_env(fake_model),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resource"]["outcomes"]["passed"] == 1
+    logs = (config.parents[2] / ".osmosis" / "evals" / "boxed" / "logs.txt").read_text()
+    assert "rollout server scripted: adopted the spare started" in logs
+    assert "not adopted" not in logs
+    assert _sandbox_processes(str(config.parents[2])) == []
+
+
+def test_a_sandboxed_plan_error_leaves_no_sandbox_and_no_run_directory(tmp_path, fake_model):
+    config = _workspace(tmp_path)
+    data = config.parents[2] / "data" / "scripted.jsonl"
+    data.write_text(data.read_text() + "{not json\n")
+    done = osmosis(
+        "eval", "run", str(config), "-y", "--json", "--name", "broken", "--sandbox",
+        cwd=config.parents[2], env=model_env(fake_model),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "scripted.jsonl" in json.loads(done.stderr)["error"]["message"]
+    assert not (config.parents[2] / ".osmosis" / "evals" / "broken").exists()
+    assert _sandbox_processes(str(config.parents[2])) == []

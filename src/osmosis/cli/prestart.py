@@ -13,12 +13,16 @@ before the user said yes), options that leave the launch alone (`_FLAGS`, `_VALU
 rollout with no `pyproject.toml` (the engine's own interpreter), no `[secrets]` and no
 dotenv file. Anything else, or any doubt: nothing is started and the run starts its server
 as it always did. A run without `--name` gets the name computed here (`run_name`).
+With `--sandbox` the server starts in the sandbox as a spare (`sites.sandbox.spare`, with
+the bridge's port bound now), which the run's sandbox site adopts only when its whole launch
+is the site's own.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,7 +30,7 @@ from pathlib import Path
 from osmosis.cli.early_line import read_line
 
 # `eval run` options that change nothing of the rollout server's launch.
-_FLAGS = frozenset({"-y", "--yes", "--verbose", "--retry-failed", "--upload"})
+_FLAGS = frozenset({"-y", "--yes", "--verbose", "--retry-failed", "--upload", "--sandbox"})
 _VALUED = frozenset(
     {"--name", "--dataset-file", "--rows", "--model", "-n", "--limit", "--max-in-flight",
      "--replicas", "--executor", "--bridge-host", "--bridge-url", "--outage-wait",
@@ -40,6 +44,7 @@ _BUILD_INPUTS = ("pyproject.toml", "uv.lock", "uv.toml", ".python-version", "set
 
 _run_name: str | None = None
 _started = False
+_made: list[Path] = []  # directories a sandboxed early start made, the outermost first
 
 
 def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
@@ -52,11 +57,16 @@ def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
         if early is None:
             return
         rollout_dir, entrypoint, env, name, run_dir = early
-        from osmosis.eval.sites import prestart
+        if _sandboxed(argv):
+            started: object | None = _start_sandboxed(
+                rollout_dir, entrypoint, env, run_dir, _bridge_host(argv)
+            )
+        else:
+            from osmosis.eval.sites import prestart
 
-        started = prestart.start_early(
-            rollout_dir, entrypoint, env=env, artifact_root=run_dir / "rollout_trials"
-        )
+            started = prestart.start_early(
+                rollout_dir, entrypoint, env=env, artifact_root=run_dir / "rollout_trials"
+            )
     except Exception:  # an unreadable file, a link loop: the run starts its own, and says why
         return
     if started is not None:
@@ -76,7 +86,63 @@ def end() -> None:
         from osmosis.eval.sites import prestart
 
         prestart.discard()
+        if "osmosis.eval.sites.sandbox.spare" in sys.modules:
+            sys.modules["osmosis.eval.sites.sandbox.spare"].discard()
+        while _made:
+            try:
+                _made.pop().rmdir()  # the deepest first; only when left empty
+            except OSError:
+                break
     _run_name, _started = None, False
+
+
+def _sandboxed(argv: Sequence[str]) -> bool:
+    return "--sandbox" in argv
+
+
+def _bridge_host(argv: Sequence[str]) -> str:
+    """`--bridge-host`'s value on the line (`read_line` accepted it), else its default."""
+    for index, arg in enumerate(argv):
+        if arg == "--bridge-host" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--bridge-host="):
+            return arg.partition("=")[2]
+    return "127.0.0.1"
+
+
+def _start_sandboxed(
+    rollout_dir: Path, entrypoint: str, env: dict[str, str], run_dir: Path, bridge_host: str
+) -> object:
+    """The sandboxed server `--sandbox` will ask for, started as a spare the run's sandbox
+    site adopts only when its whole launch is the site's own (`sites.sandbox.spare`): the
+    default policy, the workspace's `.osmosis` masked, the bridge's port bound now."""
+    from osmosis.eval.sites.environment import RolloutEnvironment
+    from osmosis.eval.sites.sandbox import clean_base_env, spare
+    from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+    from osmosis.eval.sites.sandbox.policy import SandboxPolicy
+    from osmosis.eval.sites.sandbox.site import start_spare
+
+    workspace = rollout_dir.parents[1]
+    # The outbox is made inside the run's directory: what did not exist is removed again if
+    # the run never adopts the server (an error before it starts leaves no run behind).
+    _made.extend(reversed([d for d in (run_dir, *run_dir.parents) if not d.exists()]))
+    held = start_spare(
+        # What the environment check answers for a plain rollout (`_plain_rollout`).
+        RolloutEnvironment(
+            python=Path(sys.executable), kind="current", cache_key=None, sdk="osmosis"
+        ),
+        rollout_dir,
+        entrypoint,
+        env=env,
+        policy=SandboxPolicy(),
+        workspace=workspace,
+        trials_root=run_dir / "rollout_trials",
+        hidden=(workspace / ".osmosis",),
+        base_env=clean_base_env(os.environ, home=SANDBOX_HOME),
+        bridge_host=bridge_host,
+    )
+    spare.hold(held, bridge_host=bridge_host)
+    return held
 
 
 def _early(

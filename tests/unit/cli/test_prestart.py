@@ -46,7 +46,6 @@ def test_a_line_whose_launch_is_known_starts_early(config, options):
     "options",
     [
         (),  # no --yes: the user has not said yes yet
-        ("-y", "--sandbox"),
         ("-y", "--executor", "ray"),
         ("-y", "--replicas", "2"),
         ("-y", "--output", "elsewhere"),

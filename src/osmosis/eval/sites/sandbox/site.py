@@ -796,10 +796,15 @@ class SandboxSite(LocalProcessSite):
         spare, take its directory and rename its outbox to this site's."""
         if self._spare is not None:
             _sweep_site_dirs()
-            disk.remove_stale(self.trials_root)
+            # A spare started for this very outbox (`eval run --sandbox`, at the command's
+            # entry) cleared what a killed engine left there before it made it.
+            moved = self._spare.outbox != self.outbox.resolve()
+            if moved:
+                disk.remove_stale(self.trials_root)
             try:
-                self.outbox.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(self._spare.outbox, self.outbox)
+                if moved:
+                    self.outbox.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(self._spare.outbox, self.outbox)
             except OSError as error:  # another file system, say: the run starts its own
                 self._spare.kill()
                 self._spare = None
