@@ -27,7 +27,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from osmosis.cli.early_line import read_line
+from osmosis.cli.early_line import EarlyLine, read_line
 
 # `eval run` options that change nothing of the rollout server's launch.
 _FLAGS = frozenset({"-y", "--yes", "--verbose", "--retry-failed", "--upload", "--sandbox"})
@@ -56,11 +56,10 @@ def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
         early = _early(argv, environ)
         if early is None:
             return
-        rollout_dir, entrypoint, env, name, run_dir = early
-        if _sandboxed(argv):
-            started: object | None = _start_sandboxed(
-                rollout_dir, entrypoint, env, run_dir, _bridge_host(argv)
-            )
+        rollout_dir, entrypoint, env, name, run_dir, line = early
+        if "--sandbox" in line.flags:
+            host = line.values.get("--bridge-host", ["127.0.0.1"])[-1]  # the option's default
+            started: object | None = _start_sandboxed(rollout_dir, entrypoint, env, run_dir, host)
         else:
             from osmosis.eval.sites import prestart
 
@@ -94,20 +93,6 @@ def end() -> None:
             except OSError:
                 break
     _run_name, _started = None, False
-
-
-def _sandboxed(argv: Sequence[str]) -> bool:
-    return "--sandbox" in argv
-
-
-def _bridge_host(argv: Sequence[str]) -> str:
-    """`--bridge-host`'s value on the line (`read_line` accepted it), else its default."""
-    for index, arg in enumerate(argv):
-        if arg == "--bridge-host" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--bridge-host="):
-            return arg.partition("=")[2]
-    return "127.0.0.1"
 
 
 def _start_sandboxed(
@@ -147,9 +132,9 @@ def _start_sandboxed(
 
 def _early(
     argv: Sequence[str], environ: Mapping[str, str]
-) -> tuple[Path, str, dict[str, str], str | None, Path] | None:
-    """(rollout dir, absolute entrypoint, [env], default name or None, run dir) of the one
-    local server the line will start, or None when that is not certain now."""
+) -> tuple[Path, str, dict[str, str], str | None, Path, EarlyLine] | None:
+    """(rollout dir, absolute entrypoint, [env], default name or None, run dir, the line read)
+    of the one server the line will start, or None when that is not certain now."""
     line = read_line(argv, ("eval", "run"), flags=_FLAGS, valued=_VALUED, environ=environ)
     # --yes: no user code runs before the user said yes.
     if line is None or not line.flags & {"-y", "--yes"}:
@@ -185,7 +170,7 @@ def _early(
     if not name or "/" in name or name.startswith("."):
         return None  # the plan refuses it
     run_dir = workspace / ".osmosis" / "evals" / name
-    return rollout_dir, str(rollout_dir / entrypoint), env, None if given else name, run_dir
+    return rollout_dir, str(rollout_dir / entrypoint), env, None if given else name, run_dir, line
 
 
 def _plain_rollout(workspace: Path, rollout_dir: Path, entrypoint: str) -> bool:

@@ -34,7 +34,7 @@ def _line(config: Path, *options: str) -> list[str]:
 def test_a_line_whose_launch_is_known_starts_early(config, options):
     early = prestart._early(_line(config, *options), environ={})
     assert early is not None
-    rollout_dir, entrypoint, env, _, run_dir = early
+    rollout_dir, entrypoint, env, _, run_dir, _ = early
     workspace = config.parents[2]
     assert rollout_dir == workspace / "rollouts" / "scripted"
     assert entrypoint == str(workspace / "rollouts" / "scripted" / "main.py")
