@@ -19,7 +19,8 @@ Honesty rules (issue 11):
   agent deadline is not paused: a fresh attempt gets a fresh deadline). A failed attempt
   whose model call is still outstanding waits for the bridge's verdict before it counts; one
   whose provider answered nobody since that call was sent (a stall shorter than the bridge's
-  stall window) goes back to pending (`bridge.stalled`).
+  stall window) goes back to pending (`bridge.stalled`), and so does one that timed out
+  only because its calls waited in such a stall, answered once it ended (`stall_time`).
   Past `outage_wait_sec` the run halts, resumable.
 - Every dispatched task is awaited and its result read; an unexpected exception halts the
   run naming the attempt. The outcome's counts come from those results.
@@ -124,6 +125,10 @@ class PolicyBridge(Protocol):
 
     async def stalled(self, rollout_id: str) -> bool:
         """Whether its outstanding call waits on a provider that answered nobody since."""
+        ...
+
+    def stall_time(self, rollout_id: str) -> float:
+        """Seconds its calls waited inside provider stalls a probe confirmed."""
         ...
 
     async def wait_recovered(self, timeout: float) -> bool: ...  # noqa: ASYNC109 - §2
@@ -480,7 +485,7 @@ class Engine:
             queued = self._queued_too_long(run, result, time.monotonic() - started)
             if queued is not None:
                 return _Requeue(queued, counts=False)
-            fault = await self._system_fault(run.rollout_id)
+            fault = await self._system_fault(run, result, time.monotonic() - started)
             if fault is not None:
                 return _Requeue(fault, counts=False)
         duration_ms = (time.monotonic() - started) * 1000
@@ -609,8 +614,11 @@ class Engine:
         )
         return reason
 
-    async def _system_fault(self, rollout_id: str) -> str | None:
+    async def _system_fault(
+        self, run: _Running, result: RolloutResultResponse, elapsed: float
+    ) -> str | None:
         """Why a failed result is the provider's fault rather than the rollout's, if it is."""
+        rollout_id = run.rollout_id
         if rollout_id in self.bridge.stuck_rollouts():
             if await self.bridge.stalled(rollout_id):
                 # The provider answered nobody since this call was sent: a stall shorter than
@@ -627,6 +635,19 @@ class Engine:
             ):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.bridge.outage.wait(), _VERDICT_POLL_SEC)
+        stalled = self.bridge.stall_time(rollout_id)
+        deadline = self.settings.agent_timeout_sec
+        if (
+            result.err_category is ErrorCategory.TIMEOUT
+            and deadline is not None
+            and stalled > 0
+            and elapsed - stalled < deadline
+        ):
+            # Its calls were answered once a stall ended, too late: its own time was short.
+            return (
+                f"model provider stalled: its calls waited {stalled:.1f} s in a stall a probe "
+                "confirmed, and it timed out only because of that"
+            )
         if self.bridge.outage.is_set():
             return f"model provider outage: {self.bridge.outage_reason or 'unavailable'}"
         return None

@@ -92,6 +92,9 @@ class MemoryBridge:
     async def stalled(self, rollout_id: str) -> bool:
         return False  # outages are declared explicitly here (declare_outage)
 
+    def stall_time(self, rollout_id: str) -> float:
+        return 0.0  # no probes here: no stall is ever confirmed
+
     async def wait_recovered(self, timeout: float) -> bool:  # noqa: ASYNC109 - the interface
         try:
             await asyncio.wait_for(self._cleared.wait(), timeout)

@@ -470,6 +470,12 @@ class ModelBridge:
         everyone (`ProviderWatch.stalled`): its attempt goes back to pending, not `timeout`."""
         return await self._watch.stalled(rollout_id)
 
+    def stall_time(self, rollout_id: str) -> float:
+        """Seconds `rollout_id`'s calls waited on the provider inside stalls a probe confirmed
+        (`ProviderWatch.stall_time`): an attempt that timed out only because of them is the
+        provider's, not a `timeout`."""
+        return self._watch.stall_time(rollout_id)
+
     def rate_wait(self, rollout_id: str) -> tuple[float, bool]:
         """(seconds `rollout_id`'s calls waited on the provider's rate limit unserved, waits
         under way included; whether one waits now): for a slot of the adaptive limit, or for

@@ -13,6 +13,10 @@ outage (`watch.outage` set, `watch.reason` says why) when:
 Short of an outage, `stalled(rollout_id)` is the verdict for an attempt whose deadline passed
 while its call waited: True when the provider answered nobody in the later half of that wait
 and a probe confirms the silence (the outage rule for stalls shorter than `stall_after_s`).
+A probe that gets no answer also confirms a stall, from the provider's last answer to its
+next: `stall_time(rollout_id)` is how long that rollout's calls waited inside such stalls, so
+that an attempt whose deadline passed just after a stall ended (its calls answered, too
+late) is judged the provider's, not a `timeout`.
 
 While declared it probes the provider (backoff from `probe_first_s`, doubling up to
 `probe_max_s`) and clears the outage on the first probe that succeeds. Nothing else clears it
@@ -33,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -46,6 +51,7 @@ logger = logging.getLogger("osmosis.eval.model.bridge")
 _T = TypeVar("_T")
 ProbeAnswer = Literal["healthy", "answered", "silent"]
 _SETTLE_S = 0.25  # after a stall, how far apart the waiting calls' answers may arrive
+_STALLS_KEPT = 16  # confirmed stalls remembered: calls still waiting when one ended see it
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,11 @@ class _State:
     last_answer: float = field(default_factory=time.monotonic)
     timeouts: int = 0
     declared_at: float = 0.0
+    stall_from: float | None = None
+    """When the stall a silent probe confirmed began (the last answer before it), until the
+    next answer ends it; None when no confirmed stall is under way."""
+    stalls: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_STALLS_KEPT))
+    """Confirmed stalls that ended: (from, to), time.monotonic()."""
 
 
 class ProviderWatch:
@@ -146,6 +157,7 @@ class ProviderWatch:
         self._recovered.set()
         self._wake = asyncio.Event()
         self._calls: dict[str, set[ProviderCall]] = {}
+        self._stalled_s: dict[str, float] = {}  # rollout: its ended calls' time in stalls
         self._state = _State()
         self._task: asyncio.Task[None] | None = None
         self._verdict_probe: asyncio.Task[tuple[ProbeAnswer, str]] | None = None
@@ -199,6 +211,11 @@ class ProviderWatch:
         finally:
             call.in_transport = False
             state.in_transport -= 1
+            if not call.released:
+                stalled = self._in_stalls(call.sent_at)
+                if stalled > 0:
+                    rollout_id = call.rollout_id
+                    self._stalled_s[rollout_id] = self._stalled_s.get(rollout_id, 0.0) + stalled
         self._answered()
         return result
 
@@ -238,8 +255,28 @@ class ProviderWatch:
         await asyncio.sleep(_SETTLE_S)
         return rollout_id not in self.stuck_rollouts()
 
+    def stall_time(self, rollout_id: str) -> float:
+        """Seconds `rollout_id`'s provider attempts waited inside stalls a silent probe
+        confirmed (attempts under way included). 0.0 when none did."""
+        waiting = sum(
+            self._in_stalls(call.sent_at)
+            for call in self._calls.get(rollout_id, ())
+            if call.in_transport
+        )
+        return self._stalled_s.get(rollout_id, 0.0) + waiting
+
+    def _in_stalls(self, since: float) -> float:
+        """Seconds from `since` to now that fall inside confirmed stalls."""
+        now = time.monotonic()
+        state = self._state
+        spans = list(state.stalls)
+        if state.stall_from is not None:
+            spans.append((state.stall_from, now))
+        return sum(max(0.0, end - max(start, since)) for start, end in spans)
+
     def release(self, rollout_id: str) -> int:
         """Cancel every request still served for `rollout_id`; how many there were."""
+        self._stalled_s.pop(rollout_id, None)
         released = 0
         for call in self._calls.get(rollout_id, ()):
             if not call.released and call.task is not None:
@@ -296,8 +333,12 @@ class ProviderWatch:
 
     # -- what the transport said ---------------------------------------------------------------
     def _answered(self) -> None:
-        self._state.last_answer = time.monotonic()
-        self._state.timeouts = 0
+        state = self._state
+        state.last_answer = time.monotonic()
+        state.timeouts = 0
+        if state.stall_from is not None:
+            state.stalls.append((state.stall_from, state.last_answer))
+            state.stall_from = None
 
     def _failed(self, error: ProviderError) -> None:
         if error.status is not None:
@@ -363,9 +404,11 @@ class ProviderWatch:
             async with asyncio.timeout(timeout):
                 await self._probe_call()
         except TimeoutError:
+            self._stall_confirmed()
             return "silent", f"no answer within {timeout:g} s"
         except ProviderError as error:
             if error.status is None:
+                self._stall_confirmed()
                 return "silent", self._scrub(error.message)
             self._answered()
             return "answered", self._scrub(f"HTTP {error.status}: {error.message}")
@@ -374,6 +417,12 @@ class ProviderWatch:
             return "silent", self._scrub(f"{type(error).__name__}: {error}")
         self._answered()
         return "healthy", "answered"
+
+    def _stall_confirmed(self) -> None:
+        """A probe got no answer: the provider is silent since its last answer to anyone."""
+        state = self._state
+        if state.stall_from is None:
+            state.stall_from = state.last_answer
 
     async def _nap(self, seconds: float | None, done: Callable[[], bool]) -> None:
         """Sleep `seconds` (None: for ever) or until `done()` holds, rechecked on each wake."""
