@@ -24,9 +24,10 @@ import uvloop
 
 from osmosis.eval.model.bridge_http import AsgiServer
 from osmosis.eval.sites.sandbox import SandboxPolicy
+from osmosis.eval.sites.sandbox.launcher import SHIM_SOURCE
 from osmosis.eval.sites.sandbox.layout import compile_shim
 from osmosis.eval.sites.sandbox.network import BridgeForwarder
-from osmosis.eval.sites.sandbox.site import SHIM_SOURCE, SandboxEndpoint
+from osmosis.eval.sites.sandbox.site import SandboxEndpoint
 from osmosis.eval.sites.sandbox.support import SandboxUnavailable
 from tests.integration.test_sandbox import site_for
 from tests.unit.eval.sites.test_bridge_forwarder import open_handed_over

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from osmosis.eval.model.bridge_http import AsgiServer
+from osmosis.eval.sites.sandbox.launcher import descendant_running
 from osmosis.eval.sites.sandbox.layout import SHIM_COMPILED_PATH, SHIM_PATH
-from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite, _descendant_running
+from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite
 from osmosis.rollout.http1 import Http1Client
 from tests.integration.test_sandbox import site_for, write_rollout
 from tests.integration.test_sandbox_fast_paths import _listen
@@ -134,7 +135,7 @@ async def test_the_shim_holds_no_connection_while_the_engine_and_the_bridge_are_
     assert isinstance(endpoint, SandboxEndpoint)
     client = Http1Client("http://rollout", unix_socket=str(endpoint.socket_path), handoff=True)
     try:
-        shim = _descendant_running(endpoint.process.pid, (SHIM_PATH, SHIM_COMPILED_PATH))
+        shim = descendant_running(endpoint.process.pid, (SHIM_PATH, SHIM_COMPILED_PATH))
         assert shim is not None
         before = sockets_of(shim)
         assert len(before) == 2, before  # the engine's Unix listener and the bridge port's

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis.eval.sites.sandbox.site import SHIM_SOURCE
+from osmosis.eval.sites.sandbox.launcher import SHIM_SOURCE
 from osmosis.rollout.http1 import ConnectFailed, Http1Client, stream_socket
 
 # The rollout server: serves one connection on the rollout port, reading it to its end of file

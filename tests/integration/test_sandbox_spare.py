@@ -18,7 +18,8 @@ import pytest
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.environment import prepare_environment
 from osmosis.eval.sites.sandbox import SandboxLimits, SandboxPolicy, spare
-from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite, start_spare
+from osmosis.eval.sites.sandbox.launcher import start_spare
+from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite
 from osmosis.rollout.protocol import RolloutInitRequest
 from osmosis.rollout.types import RolloutStatus
 from osmosis.testing import FakeModelServer

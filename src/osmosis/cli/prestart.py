@@ -101,21 +101,19 @@ def _start_sandboxed(
     """The sandboxed server `--sandbox` will ask for, started as a spare the run's sandbox
     site adopts only when its whole launch is the site's own (`sites.sandbox.spare`): the
     default policy, the workspace's `.osmosis` masked, the bridge's port bound now."""
-    from osmosis.eval.sites.environment import RolloutEnvironment
-    from osmosis.eval.sites.sandbox import clean_base_env, spare
-    from osmosis.eval.sites.sandbox.layout import SANDBOX_HOME
+    # The launch's own modules only: the site's (pydantic, the rollout protocol) would
+    # delay this start by more than the server takes to come up.
+    from osmosis.eval.sites.prestart import CurrentInterpreter
+    from osmosis.eval.sites.sandbox import spare
+    from osmosis.eval.sites.sandbox.launcher import start_spare
     from osmosis.eval.sites.sandbox.policy import SandboxPolicy
-    from osmosis.eval.sites.sandbox.site import start_spare
 
     workspace = rollout_dir.parents[1]
     # The outbox is made inside the run's directory: what did not exist is removed again if
     # the run never adopts the server (an error before it starts leaves no run behind).
     _made.extend(reversed([d for d in (run_dir, *run_dir.parents) if not d.exists()]))
     held = start_spare(
-        # What the environment check answers for a plain rollout (`_plain_rollout`).
-        RolloutEnvironment(
-            python=Path(sys.executable), kind="current", cache_key=None, sdk="osmosis"
-        ),
+        CurrentInterpreter(),  # what the environment check answers for a plain rollout
         rollout_dir,
         entrypoint,
         env=env,
@@ -123,7 +121,6 @@ def _start_sandboxed(
         workspace=workspace,
         trials_root=run_dir / "rollout_trials",
         hidden=(workspace / ".osmosis",),
-        base_env=clean_base_env(os.environ, home=SANDBOX_HOME),
         bridge_host=bridge_host,
     )
     spare.hold(held, bridge_host=bridge_host)

@@ -92,7 +92,7 @@ from typing import Any
 
 import pydantic_core
 
-from osmosis.eval.model.bridge_address import BridgeAddress
+from osmosis.eval.model.bridge_address import BridgeAddress, advertised_root
 from osmosis.eval.model.bridge_budget import Budget, BudgetGuard, Spend
 from osmosis.eval.model.bridge_calls import (
     BridgeStats,
@@ -120,7 +120,6 @@ from osmosis.eval.model.bridge_wire import (
     ROUTE_SUFFIX,
     Receive,
     Send,
-    advertised_root,
     declared_length,
     openai_error,
     read_body,

@@ -15,14 +15,16 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
-from osmosis.eval.model.bridge_wire import advertised_root, shown_host
 from osmosis.loopback import is_loopback_url
 
-__all__ = ["BridgeAddress"]
+__all__ = ["LISTEN_BACKLOG", "BridgeAddress", "advertised_root", "shown_host"]
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
+
+LISTEN_BACKLOG = 2048
+"""uvicorn's: how many connections the kernel queues before the server accepts them."""
 
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
@@ -81,3 +83,32 @@ class BridgeAddress:
     def close(self) -> None:
         """Stop listening (a bridge that never started)."""
         self.sock.close()
+
+
+def shown_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def advertised_root(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
+    what is wrong."""
+    parts = urlsplit(url.strip())
+    problems = []
+    if parts.scheme not in ("http", "https"):
+        problems.append("it must start with http:// or https://")
+    if not parts.hostname:
+        problems.append("it names no host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        problems.append("it must hold no user, password, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        problems.append("its port is not a number from 0 to 65535")
+        port = None
+    if problems:
+        raise ValueError(
+            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
+            "(e.g. http://10.0.0.5:8321)"
+        )
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return parts.scheme, parts.hostname or "", port, path

@@ -49,6 +49,8 @@ from urllib.parse import unquote
 
 import httptools
 
+from osmosis.eval.model.bridge_address import LISTEN_BACKLOG
+
 __all__ = ["AsgiServer", "Refusal", "Screen", "serving"]
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
@@ -75,8 +77,6 @@ class Refusal:
 Screen = Callable[[str, str, list[tuple[bytes, bytes]]], Refusal | None]
 """(method, path, headers) -> a `Refusal`, or None to let the app answer once the body is in."""
 
-LISTEN_BACKLOG = 2048
-"""uvicorn's: how many connections the kernel queues before the server accepts them."""
 _STATUS_LINES = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus
 }

@@ -16,7 +16,6 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from osmosis.eval.model.bridge_http import Refusal
 
@@ -25,7 +24,6 @@ __all__ = [
     "JSON_HEADERS",
     "ROUTE_PREFIX",
     "ROUTE_SUFFIX",
-    "advertised_root",
     "declared_length",
     "error_body",
     "error_object",
@@ -35,7 +33,6 @@ __all__ = [
     "rollout_of",
     "send_bytes",
     "send_error",
-    "shown_host",
     "sse_error",
     "sse_stream",
     "too_large",
@@ -134,35 +131,6 @@ def sse_stream(completion: Mapping[str, Any], *, include_usage: bool) -> bytes:
     # As OpenAI does: usage is null on content chunks and arrives in a final chunk of its own.
     usage_chunk = {**base, "choices": [], "usage": completion.get("usage")}
     return _event({**chunk, "usage": None}) + _event(usage_chunk) + _event("[DONE]")
-
-
-def shown_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def advertised_root(url: str) -> tuple[str, str, int | None, str]:
-    """(scheme, host, port or None, path without `/v1`) of an advertised URL; ValueError names
-    what is wrong."""
-    parts = urlsplit(url.strip())
-    problems = []
-    if parts.scheme not in ("http", "https"):
-        problems.append("it must start with http:// or https://")
-    if not parts.hostname:
-        problems.append("it names no host")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        problems.append("it must hold no user, password, query or fragment")
-    try:
-        port = parts.port
-    except ValueError:
-        problems.append("its port is not a number from 0 to 65535")
-        port = None
-    if problems:
-        raise ValueError(
-            f"invalid bridge advertise URL {url!r}: {'; '.join(problems)} "
-            "(e.g. http://10.0.0.5:8321)"
-        )
-    path = parts.path.rstrip("/").removesuffix("/v1")
-    return parts.scheme, parts.hostname or "", port, path
 
 
 def rollout_of(path: str) -> str | None:

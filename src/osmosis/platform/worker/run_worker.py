@@ -270,8 +270,8 @@ def _warm_sandbox() -> None:
         return
     if not settings.sandbox or settings.executor == "ray":
         return
+    from osmosis.eval.sites.sandbox.launcher import SHIM_SOURCE
     from osmosis.eval.sites.sandbox.layout import shim_bytecode
-    from osmosis.eval.sites.sandbox.site import SHIM_SOURCE
     from osmosis.eval.sites.sandbox.support import probe_sandbox
 
     probe_sandbox(settings.sandbox_bwrap)  # a failed answer is not kept: the run probes again
@@ -373,7 +373,7 @@ def _prepare_spare(settings: Settings, mirrored: str) -> _SpareRun | None:
     from osmosis.eval.sites.environment import prepare_environment
     from osmosis.eval.sites.sandbox import spare
     from osmosis.eval.sites.sandbox.build import BuildSandbox
-    from osmosis.eval.sites.sandbox.site import start_spare
+    from osmosis.eval.sites.sandbox.launcher import start_spare
 
     name = f"{SPARE_PREFIX}{os.getpid()}"
     # The mirrored run's worker, to read it as the next run will be read; it writes nothing.

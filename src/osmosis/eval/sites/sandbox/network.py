@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import cast
 
-from osmosis.eval.model.bridge_http import LISTEN_BACKLOG, serving
+from osmosis.eval.model.bridge_address import LISTEN_BACKLOG
+from osmosis.eval.model.bridge_http import serving
 from osmosis.rollout.http1 import stream_socket
 
 _SLIRP_READY_SEC = 10.0

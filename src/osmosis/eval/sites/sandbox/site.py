@@ -40,8 +40,9 @@ sandbox itself):
   server past its disk quota ends the server the same way as the watcher does. Restarts after
   a resource limit do not use the endpoint's restart budget.
 
-A server can be started ahead (`start_spare`, held by `osmosis.eval.sites.sandbox.spare`): the
-site's first endpoint is that server when its launch is the one the site would make, its
+The launch itself (bwrap, the shim, the site's directory) is `sandbox.launcher`'s. A server
+can be started ahead (`launcher.start_spare`, held by `osmosis.eval.sites.sandbox.spare`):
+the site's first endpoint is that server when its launch is the one the site would make, its
 outbox renamed to the site's; else it is killed, and the log says what differed.
 """
 
@@ -49,14 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import select
 import shutil
-import signal
 import socket
 import stat
-import tempfile
 import threading
 import time
 import uuid
@@ -65,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from osmosis.eval.model.bridge_http import LISTEN_BACKLOG
+from osmosis.eval.model.bridge_address import LISTEN_BACKLOG
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.results.trial_outputs import (
     DEFAULT_ARTIFACT_LIMITS,
@@ -74,7 +71,6 @@ from osmosis.eval.results.trial_outputs import (
     copy_artifacts,
     write_trial_json,
 )
-from osmosis.eval.sites import prestart
 from osmosis.eval.sites.api import (
     Lease,
     ResourceLimitBreach,
@@ -92,45 +88,43 @@ from osmosis.eval.sites.local import (
 from osmosis.eval.sites.rollout_client import RolloutClient
 from osmosis.eval.sites.rollout_process import (
     DEFAULT_STARTUP_TIMEOUT_SEC,
-    Launch,
     RolloutProcess,
     RolloutStartError,
 )
 from osmosis.eval.sites.sandbox import disk, spare
 from osmosis.eval.sites.sandbox.environment import clean_base_env
+from osmosis.eval.sites.sandbox.launcher import (
+    SHIM_SOURCE,
+    Launcher,
+    SandboxPlace,
+    outbox_for,
+    prepare_site,
+    sweep_site_dirs,
+    terminate_shim,
+)
 from osmosis.eval.sites.sandbox.layout import (
     HANDOFF_SOCKET,
     SANDBOX_HOME,
-    SHIM_COMPILED_PATH,
-    SHIM_PATH,
-    SandboxLayout,
-    bwrap_mounts,
     compile_shim,
     runs_our_bytecode,
     shim_bytecode,
-    write_etc,
 )
-from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group, spare_group_name
+from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
 from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
 from osmosis.eval.sites.sandbox.spare import Spare
-from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
+from osmosis.eval.sites.sandbox.support import SandboxSupport
 from osmosis.eval.sites.seam import Endpoint
-from osmosis.eval.sites.spawn import _free_port as free_port
-from osmosis.eval.sites.spawn import ready_pipe, rollout_launch, spawn
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 from osmosis.rollout.types import RolloutStatus
 from osmosis.vocabulary import format_bytes
 
-SHIM_SOURCE = Path(__file__).resolve().with_name("shim.py")
 MAX_LIMIT_RESTARTS = 100
 """Restarts after a resource limit a site grants in all (they do not use the budget)."""
 
-_SITE_PREFIX = "osmosis-sbx-"
 _WATCH_SEC = 0.2
 _DISK_EVERY = 5  # the disk is measured every fifth round of the watcher: once a second
 _SETTLE_SEC = 1.0  # how long an ended attempt's leftover process may hold its files
-_INFO_WAIT_SEC = 10.0
 _INLINE_WALK = 64  # entries a measure may look at on the event loop: ~0.1 ms of it
 _TRIAL_NAMES = ("trajectory.json", "diagnostics.json", "artifacts")
 _TRIAL_DOCUMENT_BYTES = 64 * 1024 * 1024  # what the run reads of trajectory.json at most
@@ -713,7 +707,7 @@ class SandboxSite(LocalProcessSite):
         self.bridge_port = port
         self.bridge_address = bridge_address
         self.hidden = tuple(hidden)
-        self.outbox = trials_root.parent / f"{trials_root.name}{disk.OUTBOX_SUFFIX}"
+        self.outbox = outbox_for(trials_root)
         self.ended = trials_root.parent / f"{trials_root.name}{disk.ENDED_SUFFIX}"
         """Each server's attempts that ended, out of the sandbox's reach (`disk`)."""
         # What `trial()` copies of an attempt: the run's artifact limits, and the two
@@ -795,7 +789,7 @@ class SandboxSite(LocalProcessSite):
         site's directory (0700: ours only) with its `/etc` files, and the outbox; with a
         spare, take its directory and rename its outbox to this site's."""
         if self._spare is not None:
-            _sweep_site_dirs()
+            sweep_site_dirs()
             # A spare started for this very outbox (`eval run --sandbox`, at the command's
             # entry) cleared what a killed engine left there before it made it.
             moved = self._spare.outbox != self.outbox.resolve()
@@ -812,17 +806,8 @@ class SandboxSite(LocalProcessSite):
             else:
                 self.support, self._site_dir = self._spare.support, self._spare.site_dir
                 return self._spare.support
-        support = probe_sandbox(self.policy.bwrap)
-        self.support = support
-        support.require()
-        _sweep_site_dirs()
-        # A killed engine's outbox (the run is resumed): its files belong to no one now.
-        disk.remove_stale(self.trials_root)
-        self._site_dir = Path(tempfile.mkdtemp(prefix=_SITE_PREFIX))
-        (self._site_dir / "owner.pid").write_text(str(os.getpid()))
-        write_etc(self._site_dir, self.policy.network)
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        return support
+        self.support, self._site_dir = prepare_site(self.policy, self.trials_root, self.outbox)
+        return self.support
 
     async def stop(self) -> None:
         try:
@@ -862,7 +847,7 @@ class SandboxSite(LocalProcessSite):
             self.log(f"sandbox {group.describe()}")
         socket_path = self._site_dir / f"{name[:40]}-{uuid.uuid4().hex[:8]}.sock"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        launcher = _Launcher(self, group, listener, socket_path)
+        launcher = Launcher(self._place(), group, listener, socket_path)
         try:
             listener.bind(str(socket_path))
             listener.listen(LISTEN_BACKLOG)  # the shim serves it with the same backlog
@@ -923,6 +908,20 @@ class SandboxSite(LocalProcessSite):
             log=self.log,
         )
 
+    def _place(self) -> SandboxPlace:
+        assert self._site_dir is not None and self.support is not None, "start() first"
+        return SandboxPlace(
+            support=self.support,
+            site_dir=self._site_dir,
+            shim=self._shim,
+            policy=self.policy,
+            venv=self.environment.venv,
+            workspace=self.workspace,
+            outbox=self.outbox,
+            hidden=self.hidden,
+            bridge_port=self.bridge_port,
+        )
+
     async def _adopt_spare(self, name: str, found: Spare) -> SandboxEndpoint | None:
         """The spare as this site's endpoint `name`, once it answers; None (it is killed, and
         the log says why) when it does not."""
@@ -939,7 +938,7 @@ class SandboxSite(LocalProcessSite):
                 redactor=self.redactor,
                 startup_timeout=self.startup_timeout,
                 socket_path=found.socket_path,
-                terminate=_terminate_shim,
+                terminate=terminate_shim,
             )
             capacity = capacity_of(await client.health())
         except Exception as error:
@@ -970,279 +969,6 @@ class SandboxSite(LocalProcessSite):
         )
 
 
-def start_spare(
-    environment: RolloutEnvironment,
-    rollout_dir: Path,
-    entrypoint: str | Path,
-    *,
-    env: Mapping[str, str],
-    policy: SandboxPolicy,
-    workspace: Path,
-    trials_root: Path,
-    hidden: Sequence[Path] = (),
-    base_env: Mapping[str, str] | None = None,
-    bridge_host: str = "127.0.0.1",
-) -> spare.Spare:
-    """A spare (`sandbox.spare`): spawn the server a `SandboxSite` with these arguments would
-    start first, on this thread (its parent-death signal follows it), without waiting for it
-    to answer: the site that adopts it does. `trials_root` is the spare's own (its outbox is
-    beside it); `workspace` is a checkout the run will take as is. Raises what the site's
-    start would (`OSError`, `SandboxUnavailable`, `SubprocessError`), leaving nothing behind."""
-    from osmosis.eval.model.bridge_address import BridgeAddress
-
-    bridge = BridgeAddress.listen(bridge_host)
-    port = bridge.sock.getsockname()[1]
-    site = SandboxSite(
-        environment,
-        rollout_dir,
-        entrypoint,
-        env=env,
-        trials_root=trials_root,
-        log=lambda _line: None,
-        redactor=Redactor([]),
-        policy=policy,
-        workspace=workspace,
-        bridge_url=f"http://127.0.0.1:{port}/v1",
-        bridge_address=(bridge_host, port),
-        hidden=hidden,
-        base_env=base_env,
-    )
-    made: list[Path] = []
-    group: LimitGroup | None = None
-    socket_path: Path | None = None
-    try:
-        info = os.stat(site.workspace)  # what the adopting site checks it binds
-        support = site._prepare()
-        assert site._site_dir is not None
-        made.append(site._site_dir)
-        shim = compile_shim(SHIM_SOURCE, environment.python, site._site_dir / "shim.pyc")
-        site._shim = shim
-        name = spare_group_name(os.getpid())
-        group = create_limit_group(name, policy.limits)
-        socket_path = site._site_dir / f"{name}-{uuid.uuid4().hex[:8]}.sock"
-        launch = rollout_launch(
-            environment,
-            rollout_dir,
-            entrypoint,
-            env=env,
-            base_env=os.environ if site.base_env is None else site.base_env,
-            artifact_root=site.outbox,
-            port=free_port(),
-            instance_id=uuid.uuid4().hex,
-        )
-        plain = Launch(list(launch.argv), dict(launch.env), launch.cwd)  # before the readiness fd
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(str(socket_path))
-            listener.listen(LISTEN_BACKLOG)  # as the site's own start
-            launcher = _Launcher(site, group, listener, socket_path)
-            ready_read, ready_write = ready_pipe(launch)
-            try:
-                popen = spawn(launcher.wrap(launch), ready_write)
-            except BaseException:
-                os.close(ready_read)
-                launcher.release()
-                raise
-    except BaseException:
-        if group is not None:
-            group.kill()
-            group.remove()
-        for directory in made:
-            shutil.rmtree(directory, ignore_errors=True)
-        disk.remove_stale(trials_root)
-        bridge.close()
-        raise
-    early = prestart.Prestarted(
-        popen,
-        plain,
-        int(launch.env["_OSMOSIS_ROLLOUT_PORT"]),
-        launch.env["_OSMOSIS_ROLLOUT_INSTANCE_ID"],
-        ready_read,
-        time.monotonic(),
-    )
-    return spare.Spare(
-        early=early,
-        environment=environment,
-        policy=policy,
-        hidden=site.hidden,
-        workspace=site.workspace,
-        workspace_inode=(info.st_dev, info.st_ino),
-        outbox=site.outbox.resolve(),
-        trials_root=trials_root,
-        site_dir=site._site_dir,
-        shim=shim,
-        support=support,
-        group=group,
-        socket_path=socket_path,
-        slirp=launcher.slirp,
-        bridge_port=port,
-        bridge=bridge,
-    )
-
-
-def _terminate_shim(pid: int) -> None:
-    """Ask the sandboxed server to stop: SIGTERM to the shim, which passes it on to the rollout
-    and exits with it, and bwrap (and its namespace) with them. SIGTERM to bwrap's process
-    group would end the outer bwrap alone, and its `--die-with-parent` would then kill the
-    rest before a lifespan's shutdown could run. No shim found (not started yet, or gone):
-    the group's SIGTERM."""
-    shim = _descendant_running(pid, (SHIM_PATH, SHIM_COMPILED_PATH))
-    try:
-        if shim is not None:
-            os.kill(shim, signal.SIGTERM)
-        else:
-            os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-
-
-def _descendant_running(pid: int, scripts: tuple[str, ...]) -> int | None:
-    """The first process below `pid` that runs one of `scripts`: its first argument that is
-    not an option (`python -I -S script …`; bwrap's own command line names it too, as a
-    mount)."""
-    wanted = {script.encode() for script in scripts}
-    pending = [pid]
-    while pending:
-        parent = pending.pop(0)
-        try:
-            tasks = list(Path(f"/proc/{parent}/task").iterdir())
-            children = [int(c) for t in tasks for c in (t / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-        for child in children:
-            try:
-                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if next((a for a in argv[1:] if not a.startswith(b"-")), None) in wanted:
-                return child
-            pending.append(child)
-    return None
-
-
-class _Launcher:
-    """Wraps one launch in bwrap + the shim; for `full` network, attaches slirp4netns while
-    bwrap waits (`--info-fd` tells the sandbox's pid, `--block-fd` holds the command)."""
-
-    def __init__(
-        self, site: SandboxSite, group: LimitGroup, listener: socket.socket, socket_path: Path
-    ) -> None:
-        self.site = site
-        self.group = group
-        self.listener = listener
-        self.socket_path = socket_path
-        self.slirp: Slirp | None = None
-        self._pipes: dict[str, int] = {}
-
-    def wrap(self, launch: Launch) -> Launch:
-        site, support = self.site, self.site.support
-        assert support is not None and support.bwrap is not None and site._site_dir is not None
-        policy = site.policy
-        venv = site.environment.venv
-        layout = SandboxLayout(
-            workspace=site.workspace,
-            rollout_dir=launch.cwd,
-            trials_root=site.outbox.resolve(),
-            python=Path(launch.argv[0]),
-            venv=venv.resolve() if venv is not None else None,
-            site_dir=site._site_dir,
-            shim=site._shim,
-            network=policy.network,
-            tmp_bytes=policy.limits.memory_bytes,
-            hidden=site.hidden,
-        )
-        argv = [
-            str(support.bwrap),
-            *namespace_flags(disable_userns=support.disable_userns),
-            *bwrap_mounts(layout),
-        ]
-        pass_fds = [self.listener.fileno()]
-        if policy.network == "full":
-            info_read, info_write = os.pipe()
-            block_read, block_write = os.pipe()
-            self._pipes = {"info_read": info_read, "info_write": info_write}
-            self._pipes |= {"block_read": block_read, "block_write": block_write}
-            argv += ["--info-fd", str(info_write), "--block-fd", str(block_read)]
-            pass_fds += [info_write, block_read]
-        # The venv's python and the entrypoint as seen inside; the engine's own interpreter
-        # (no venv) is bound at its own path.
-        python = launch.argv[0] if venv is None else layout.inside(Path(launch.argv[0]))
-        command = [python, *(layout.inside(Path(arg)) for arg in launch.argv[1:])]
-        argv += [
-            "--",
-            command[0],
-            "-I",  # the shim: no site, no user paths, no PYTHON* variables
-            "-S",
-            layout.shim_inside,
-            "--listen-fd",
-            str(self.listener.fileno()),
-            "--rollout-port",
-            launch.env["_OSMOSIS_ROLLOUT_PORT"],
-            "--bridge-port",
-            str(site.bridge_port),
-            "--handoff-socket",
-            HANDOFF_SOCKET,
-            *(f"--rlimit={limit}" for limit in self.group.shim_rlimits()),
-            "--",
-            *command,
-        ]
-        return Launch(
-            argv=argv,
-            env=_env_inside(launch.env, layout),
-            cwd=launch.cwd,
-            pass_fds=tuple(pass_fds),
-            preexec=self.group.prepare_join(),
-            socket_path=self.socket_path,
-            started=self.started,
-            terminate=_terminate_shim,
-        )
-
-    def started(self, pid: int) -> None:
-        self.group.joined()
-        self.listener.close()
-        if not self._pipes:
-            return
-        os.close(self._pipes.pop("info_write"))
-        os.close(self._pipes.pop("block_read"))
-        sandbox_pid = _read_child_pid(self._pipes["info_read"])
-        self.slirp = Slirp.attach(sandbox_pid)
-        os.write(self._pipes["block_write"], b"1")  # bwrap may now exec the shim
-        self.release()
-
-    def release(self) -> None:
-        for fd in self._pipes.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._pipes.clear()
-
-
-def _env_inside(env: Mapping[str, str], layout: SandboxLayout) -> dict[str, str]:
-    """The server's environment with the paths it names as the sandbox shows them (the venv
-    at `/venv`, the outbox at `/outbox`)."""
-    inside = dict(env)
-    for name in ("VIRTUAL_ENV", "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"):
-        if name in inside:
-            inside[name] = layout.inside(Path(inside[name]))
-    if "PATH" in inside:
-        inside["PATH"] = os.pathsep.join(
-            layout.inside(Path(part)) if part else part for part in inside["PATH"].split(os.pathsep)
-        )
-    return inside
-
-
-def _read_child_pid(fd: int) -> int:
-    data = b""
-    while True:
-        ready, _, _ = select.select([fd], [], [], _INFO_WAIT_SEC)
-        chunk = os.read(fd, 4096) if ready else b""
-        if not chunk:
-            raise RolloutStartError(
-                "bwrap did not say the sandbox's pid (--info-fd)", returncode=None, output=[]
-            )
-        data += chunk
-        with contextlib.suppress(ValueError):
-            return int(json.loads(data)["child-pid"])
-
-
 def _names(directory: Path, *, strict: bool = False) -> list[str]:
     """The names in `directory`; none when it cannot be read (`strict`: the `OSError`)."""
     try:
@@ -1265,17 +991,6 @@ def _rlimit_death(returncode: int | None, limits: SandboxLimits) -> str | None:
     return None
 
 
-def _sweep_site_dirs() -> None:
-    """Remove site directories left by engines that were killed (their owner is gone)."""
-    for directory in Path(tempfile.gettempdir()).glob(f"{_SITE_PREFIX}*"):
-        try:
-            owner = int((directory / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
-            shutil.rmtree(directory, ignore_errors=True)
-
-
 def _release_group(group: LimitGroup, socket_path: Path) -> None:
     group.kill()
     group.remove()
@@ -1283,4 +998,4 @@ def _release_group(group: LimitGroup, socket_path: Path) -> None:
         socket_path.unlink()
 
 
-__all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite", "start_spare"]
+__all__ = ["MAX_LIMIT_RESTARTS", "SandboxEndpoint", "SandboxSite"]

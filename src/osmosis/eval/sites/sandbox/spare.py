@@ -2,7 +2,7 @@
 
     spare = start_spare(environment, rollout_dir, "main.py", env=variables, policy=policy,
                         workspace=checkout, trials_root=spare_dir / "rollout_trials")
-    hold(spare)                           # (`sandbox.site.start_spare`): a warm worker
+    hold(spare)                           # (`sandbox.launcher.start_spare`): a warm worker
     ...                                   # a run is claimed, checked out, planned
     address = take_bridge("127.0.0.1")    # the run's bridge listens where the spare looks
     site = SandboxSite(...)               # `start` claims it: the same launch? adopted;
@@ -38,11 +38,10 @@ from typing import TYPE_CHECKING, Protocol
 from osmosis.eval.sites.prestart import Prestarted
 from osmosis.eval.sites.sandbox import disk
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
-from osmosis.eval.sites.spawn import Launch, rollout_launch
+from osmosis.eval.sites.spawn import Interpreter, Launch, rollout_launch
 
 if TYPE_CHECKING:
     from osmosis.eval.model.bridge_address import BridgeAddress
-    from osmosis.eval.sites.environment import RolloutEnvironment
     from osmosis.eval.sites.sandbox.limits import LimitGroup
     from osmosis.eval.sites.sandbox.network import Slirp
     from osmosis.eval.sites.sandbox.support import SandboxSupport
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
 class _Site(Protocol):
     """What `Spare.difference` reads of the site that would adopt it (`SandboxSite`)."""
 
-    environment: RolloutEnvironment
     rollout_dir: Path
     entrypoint: str | Path
     env: dict[str, str]
@@ -62,13 +60,16 @@ class _Site(Protocol):
     hidden: tuple[Path, ...]
     bridge_port: int
 
+    @property
+    def environment(self) -> Interpreter: ...
+
 
 @dataclass
 class Spare:
     """A spare server: its process (`early`), and what the site that adopts it takes over."""
 
     early: Prestarted
-    environment: RolloutEnvironment
+    environment: Interpreter
     policy: SandboxPolicy
     hidden: tuple[Path, ...]
     workspace: Path
