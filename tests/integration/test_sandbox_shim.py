@@ -226,6 +226,30 @@ def test_sigterm_reaches_the_server_and_the_shim_exits_with_its_signal(tmp_path)
         assert killed.wait(10) == 128 + 9
 
 
+def test_the_engines_lifeline_closing_ends_the_server_and_the_shim(tmp_path):
+    """The engine gone (the lifeline's write end closed, however it died): the shim SIGKILLs
+    the server and exits with that, though nobody signalled either of them. While the engine
+    lives the server runs on, and the lifeline does not reach the server."""
+    read, write = os.pipe()
+    server = (
+        "import os, time\n"
+        "print(os.getpid(), sorted(int(fd) for fd in os.listdir('/proc/self/fd')), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with shim(
+        None, "--lifeline-fd", str(read), child=[sys.executable, "-c", server], pass_fds=(read,)
+    ) as process:
+        os.close(read)  # the shim's copy is the only one left
+        assert process.stdout is not None
+        pid, fds = process.stdout.readline().split(b" ", 1)
+        assert str(read).encode() not in fds.strip(b"[]\n").split(b", ")
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(0.5)  # the engine is alive: nothing happens
+        os.close(write)
+        assert process.wait(10) == 128 + signal.SIGKILL
+    assert not Path(f"/proc/{int(pid)}").exists()
+
+
 def test_the_server_gets_only_the_readiness_pipe_and_its_file_size_limit_ends_a_writer(
     tmp_path,
 ):

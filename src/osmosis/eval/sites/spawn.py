@@ -310,6 +310,22 @@ def _chain(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
     return run
 
 
+_LIFELINE: tuple[int, int, int] | None = None  # (this process's pid, read end, write end)
+
+
+def lifeline() -> int:
+    """The read end of a pipe whose write end only this process holds and never writes: it
+    reads end of file once this process is gone, however it died. Pass it to a child that
+    must not outlive the engine when the parent-death signal may not reach it (the sandbox
+    shim's `--lifeline-fd`: that signal follows the thread that forked, and bwrap sits
+    between). One per process; both ends stay closed to exec'd children unless passed."""
+    global _LIFELINE
+    if _LIFELINE is None or _LIFELINE[0] != os.getpid():  # a forked child makes its own
+        read, write = os.pipe()
+        _LIFELINE = (os.getpid(), read, write)
+    return _LIFELINE[1]
+
+
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process not yet stopped
 
 

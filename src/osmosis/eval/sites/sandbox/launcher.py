@@ -45,7 +45,14 @@ from osmosis.eval.sites.sandbox.layout import (
 from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group, spare_group_name
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
 from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
-from osmosis.eval.sites.spawn import Interpreter, Launch, ready_pipe, rollout_launch, spawn
+from osmosis.eval.sites.spawn import (
+    Interpreter,
+    Launch,
+    lifeline,
+    ready_pipe,
+    rollout_launch,
+    spawn,
+)
 from osmosis.eval.sites.spawn import _free_port as free_port
 
 if TYPE_CHECKING:
@@ -147,7 +154,8 @@ class Launcher:
             *namespace_flags(disable_userns=support.disable_userns),
             *bwrap_mounts(layout),
         ]
-        pass_fds = [self.listener.fileno()]
+        alive = lifeline()
+        pass_fds = [self.listener.fileno(), alive]
         if policy.network == "full":
             info_read, info_write = os.pipe()
             block_read, block_write = os.pipe()
@@ -174,6 +182,8 @@ class Launcher:
             "--handoff-socket",
             HANDOFF_SOCKET,
             *(f"--rlimit={limit}" for limit in self.group.shim_rlimits()),
+            "--lifeline-fd",
+            str(alive),
             "--",
             *command,
         ]

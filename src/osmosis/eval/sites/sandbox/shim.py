@@ -6,7 +6,7 @@ and keeps to syntax every supported Python reads.
 
     python -I -S shim.py --listen-fd 3 --rollout-port 8000 \\
         --bridge-port 41234 --handoff-socket /run/osmosis/bridge/handoff.sock \\
-        --rlimit FSIZE=1073741824 -- python main.py
+        --rlimit FSIZE=1073741824 --lifeline-fd 5 -- python main.py
 
 The sandbox has a network namespace of its own with only a loopback, so the rollout server
 still binds `127.0.0.1:$_OSMOSIS_ROLLOUT_PORT` and calls the bridge at the rollout-scoped URL on
@@ -37,6 +37,11 @@ An environment build uses the second half alone, with a relay (`--bridge-socket`
 It starts the rollout server as its child with the given resource limits (`--rlimit NAME=N`,
 soft limit; the hard limit is set a little above so a signal comes first), forwards SIGTERM
 and SIGINT to it, and exits with its status (128 + signal number when a signal killed it).
+With `--lifeline-fd`, the read end of a pipe only the engine process writes to (and never
+does): its end of file says the engine is gone, however it died, and the shim SIGKILLs the
+server and exits (bwrap's init then ends whatever else the sandbox ran). The kernel's
+parent-death signal is the first guard; this one does not depend on which thread spawned
+bwrap, nor on bwrap keeping that signal.
 
 Its start runs beside the rollout server's own on the same cores: so it is one `selectors`
 loop over non-blocking sockets, with no asyncio, argparse or subprocess (~100 ms of imports
@@ -74,10 +79,12 @@ _OPTIONS = (
     "--bridge-socket",
     "--handoff-socket",
     "--rlimit",
+    "--lifeline-fd",
 )
 _USAGE = (
     "usage: shim.py [--listen-fd FD --rollout-port PORT] [--bridge-port PORT "
-    "(--handoff-socket | --bridge-socket) PATH] [--rlimit NAME=N ...] -- COMMAND ..."
+    "(--handoff-socket | --bridge-socket) PATH] [--rlimit NAME=N ...] [--lifeline-fd FD] "
+    "-- COMMAND ..."
 )
 
 
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         bridge_port = _single_int(options, "--bridge-port")
         bridge_socket = options.get("--bridge-socket", [None])[-1]
         handoff_socket = options.get("--handoff-socket", [None])[-1]
+        lifeline = _single_int(options, "--lifeline-fd")
     except _UsageError as error:
         sys.stderr.write(f"{_USAGE}\nosmosis-sandbox-shim: error: {error}\n")
         return 2
@@ -108,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         _relay_stops(child)  # at once: a stop during the imports below still reaches it
     _import_late()
     relay = _Relay()
+    if lifeline is not None:
+        relay.watch_lifeline(lifeline)
     if child is not None:
         relay.watch_child(child)
         engine_side = socket.socket(fileno=listen_fd)
@@ -297,6 +307,26 @@ class _Relay:
         _relay_stops(pid)
         self.selector.register(read, selectors.EVENT_READ, ("wake", None))
 
+    def watch_lifeline(self, fd: int) -> None:
+        """The engine's lifeline: readable (at its end of file) once the engine is gone."""
+        os.set_blocking(fd, False)
+        self.selector.register(fd, selectors.EVENT_READ, ("lifeline", fd))
+
+    def _lifeline(self, fd: int, pid: int | None) -> None:
+        """The engine is gone when its lifeline reads end of file: SIGKILL the server (`pid`,
+        None once it was reaped)."""
+        try:
+            gone = os.read(fd, 4096) == b""
+        except BlockingIOError:
+            return
+        except OSError:
+            gone = True
+        if gone:  # nobody will ever talk to this server again
+            self.selector.unregister(fd)
+            os.close(fd)
+            if pid is not None:
+                _relay(pid, signal.SIGKILL)
+
     def run(self, pid: int) -> int:
         """Serve until the child exits, then pass on what it had sent through a relay (its
         last answer may still be on its way): its wait status. A handed-over connection needs
@@ -311,6 +341,8 @@ class _Relay:
                     self._accept(key.fileobj, target)  # type: ignore[arg-type]
                 elif kind == "wake":
                     _drain(self._wake_read)
+                elif kind == "lifeline":
+                    self._lifeline(target, pid)
                 elif kind == "connecting":
                     self._connected(key.fileobj, target)  # type: ignore[arg-type]
                 else:
@@ -330,6 +362,8 @@ class _Relay:
                 kind, target = key.data
                 if kind == "wake":
                     _drain(self._wake_read)
+                elif kind == "lifeline":
+                    self._lifeline(target, None)
                 elif kind == "conn":
                     self._ready(target, mask)
         return status
