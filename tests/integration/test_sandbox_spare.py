@@ -17,7 +17,7 @@ import pytest
 
 from osmosis.eval.results.redact import Redactor
 from osmosis.eval.sites.environment import prepare_environment
-from osmosis.eval.sites.sandbox import SandboxLimits, SandboxPolicy, spare
+from osmosis.eval.sites.sandbox import SandboxLimits, SandboxPolicy, SandboxUnavailable, spare
 from osmosis.eval.sites.sandbox.launcher import start_spare
 from osmosis.eval.sites.sandbox.site import SandboxEndpoint, SandboxSite
 from osmosis.rollout.protocol import RolloutInitRequest
@@ -38,7 +38,13 @@ def _no_spare_left():
     spare.discard()
 
 
-def start(checkout: Path, trials_root: Path, *, env: dict[str, str] | None = None) -> spare.Spare:
+def start(
+    checkout: Path,
+    trials_root: Path,
+    *,
+    env: dict[str, str] | None = None,
+    policy: SandboxPolicy = POLICY,
+) -> spare.Spare:
     rollout = checkout / "rollouts" / "echo"
     environment = prepare_environment(rollout, cache_root=checkout.parent / "envs", log=quiet)
     return start_spare(
@@ -46,7 +52,7 @@ def start(checkout: Path, trials_root: Path, *, env: dict[str, str] | None = Non
         rollout,
         "main.py",
         env=env or {"MODE": "a"},
-        policy=POLICY,
+        policy=policy,
         workspace=checkout,
         trials_root=trials_root,
         hidden=(checkout / ".osmosis",),
@@ -206,3 +212,33 @@ print(json.dumps({{"pids": (directory / "cgroup.procs").read_text().split(),
                   "groups": groups}}), flush=True)
 time.sleep(3600)
 """
+
+
+async def test_a_spare_started_before_the_probe_answered_is_not_adopted_when_it_fails(tmp_path):
+    """A spare starts without waiting for the sandbox probe (it runs beside the server's
+    start). When the probe then says the sandbox does not work here, the site does not adopt
+    the spare, fails with the probe's reason and fix, and nothing of the spare is left."""
+    write_rollout(tmp_path, "echo", ROLLOUT)
+    checkout = tmp_path / "ws"
+    broken = tmp_path / "bwrap"
+    broken.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    policy = SandboxPolicy(bwrap=broken, limits=POLICY.limits)
+    held = start(checkout, tmp_path / "spare" / "rollout_trials", policy=policy)
+    assert held.support.version is None  # assumed, not probed: the probe was not awaited
+    spare.hold(held)
+    bridge = spare.take_bridge("127.0.0.1")
+    assert bridge is not None
+    port = bridge.sock.getsockname()[1]
+    lines: list[str] = []
+    site = site_in(checkout, tmp_path / "run" / "rollout_trials", lines, port, policy=policy)
+    try:
+        with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace"):
+            await site.start(1)
+    finally:
+        await site.stop()
+        bridge.close()
+    assert "rollout server: the spare was not adopted: it differs in sandbox support" in lines
+    assert not alive(held.early.popen.pid) and leftovers(held) == []

@@ -1,7 +1,7 @@
 """A sandboxed rollout server's launch: its site directory, the bwrap + shim command line, and
 a server started ahead of its site (a spare).
 
-    support, site_dir = prepare_site(policy, trials_root, outbox)   # bwrap checked, /etc
+    site_dir = prepare_site(policy, trials_root, outbox)   # a checked sandbox: its /etc
     place = SandboxPlace(support, site_dir, shim, policy, venv, workspace, outbox, (), port)
     launch = Launcher(place, group, listener, socket_path).wrap(launch)  # for RolloutProcess
     spare = start_spare(environment, rollout_dir, "main.py", env={}, policy=policy, ...)
@@ -44,7 +44,13 @@ from osmosis.eval.sites.sandbox.layout import (
 )
 from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group, spare_group_name
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
-from osmosis.eval.sites.sandbox.support import SandboxSupport, namespace_flags, probe_sandbox
+from osmosis.eval.sites.sandbox.support import (
+    SandboxSupport,
+    find_bwrap,
+    known_support,
+    namespace_flags,
+    probe_soon,
+)
 from osmosis.eval.sites.spawn import (
     Interpreter,
     Launch,
@@ -85,14 +91,10 @@ def outbox_for(trials_root: Path) -> Path:
     return trials_root.parent / f"{trials_root.name}{disk.OUTBOX_SUFFIX}"
 
 
-def prepare_site(
-    policy: SandboxPolicy, trials_root: Path, outbox: Path
-) -> tuple[SandboxSupport, Path]:
-    """Check bwrap (`SandboxUnavailable`), clear what killed engines left, and make a site's
-    directory (0700: ours only) with its `/etc` files, and the outbox. Leaves nothing behind
-    when it raises."""
-    support = probe_sandbox(policy.bwrap)
-    support.require()
+def prepare_site(policy: SandboxPolicy, trials_root: Path, outbox: Path) -> Path:
+    """Clear what killed engines left, and make a site's directory (0700: ours only) with its
+    `/etc` files, and the outbox: the site's directory. Leaves nothing behind when it
+    raises."""
     sweep_site_dirs()
     # A killed engine's outbox (the run is resumed): its files belong to no one now.
     disk.remove_stale(trials_root)
@@ -104,7 +106,7 @@ def prepare_site(
     except BaseException:
         shutil.rmtree(site_dir, ignore_errors=True)
         raise
-    return support, site_dir
+    return site_dir
 
 
 def sweep_site_dirs() -> None:
@@ -248,9 +250,17 @@ def start_spare(
     site_dir: Path | None = None
     group: LimitGroup | None = None
     socket_path: Path | None = None
+    support = known_support(policy.bwrap)
+    if support is None:
+        # No working answer kept: the probe (~10-50 ms) runs beside the server's start, not
+        # before it, and the adopting site checks its answer (`Spare.difference`). A bwrap
+        # that cannot sandbox fails the spare; the site then probes and says why.
+        probe_soon(policy.bwrap)
+        support = SandboxSupport(True, find_bwrap(policy.bwrap), None, disable_userns=True)
     try:
+        support.require()
         info = os.stat(workspace)  # what the adopting site checks it binds
-        support, site_dir = prepare_site(policy, trials_root, outbox)
+        site_dir = prepare_site(policy, trials_root, outbox)
         shim = compile_shim(SHIM_SOURCE, environment.python, site_dir / "shim.pyc")
         place = SandboxPlace(
             support,

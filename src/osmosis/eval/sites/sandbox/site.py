@@ -113,7 +113,7 @@ from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
 from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
 from osmosis.eval.sites.sandbox.spare import Spare
-from osmosis.eval.sites.sandbox.support import SandboxSupport
+from osmosis.eval.sites.sandbox.support import SandboxSupport, probe_sandbox
 from osmosis.eval.sites.seam import Endpoint
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 from osmosis.rollout.types import RolloutStatus
@@ -804,10 +804,14 @@ class SandboxSite(LocalProcessSite):
                 self._spare = None
                 self.log(f"rollout server: the spare was not adopted: its outbox: {error}")
             else:
-                self.support, self._site_dir = self._spare.support, self._spare.site_dir
-                return self._spare.support
-        self.support, self._site_dir = prepare_site(self.policy, self.trials_root, self.outbox)
-        return self.support
+                # The probe's answer: kept, as `Spare.difference` asked for it.
+                support = self.support = probe_sandbox(self.policy.bwrap)
+                self._site_dir = self._spare.site_dir
+                return support
+        support = self.support = probe_sandbox(self.policy.bwrap)
+        support.require()
+        self._site_dir = prepare_site(self.policy, self.trials_root, self.outbox)
+        return support
 
     async def stop(self) -> None:
         try:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 from osmosis.eval.sites.prestart import Prestarted
 from osmosis.eval.sites.sandbox import disk
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
+from osmosis.eval.sites.sandbox.support import probe_sandbox
 from osmosis.eval.sites.spawn import Interpreter, Launch, rollout_launch
 
 if TYPE_CHECKING:
@@ -102,6 +103,13 @@ class Spare:
     def difference(self, site: _Site) -> str | None:
         """What differs between this server and the one `site` would start (None: nothing);
         names only, never a value (the environment holds secrets)."""
+        # Started before a probe answered (`launcher.start_spare`): the answer, now.
+        probed = probe_sandbox(self.policy.bwrap)
+        if not probed.available or (probed.bwrap, probed.disable_userns) != (
+            self.support.bwrap,
+            self.support.disable_userns,
+        ):
+            return "sandbox support"
         if (site.environment.python, site.environment.venv) != (
             self.environment.python,
             self.environment.venv,

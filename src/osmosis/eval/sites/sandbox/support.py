@@ -100,6 +100,12 @@ def probe_sandbox(bwrap: Path | None = None) -> SandboxSupport:
         return support
 
 
+def known_support(bwrap: Path | None = None) -> SandboxSupport | None:
+    """The working answer kept for this binary (`probe_sandbox`), or None: never probes."""
+    identity = _identity(find_bwrap(bwrap))
+    return _working.get(identity) if identity is not None else None
+
+
 def probe_soon(bwrap: Path | None = None) -> None:
     """Start `probe_sandbox` in a thread of its own and return: the next `probe_sandbox`
     waits for its answer, and whatever the caller does meanwhile hides its ~10-50 ms."""
@@ -274,6 +280,7 @@ __all__ = [
     "SandboxSupport",
     "SandboxUnavailable",
     "find_bwrap",
+    "known_support",
     "namespace_flags",
     "probe_sandbox",
     "probe_soon",
