@@ -89,6 +89,21 @@ def test_a_probe_started_ahead_is_the_one_a_later_caller_waits_for(tmp_path):
     assert probes(calls) == 1
 
 
+def test_a_probe_started_ahead_runs_its_version_and_trial_at_once(tmp_path):
+    """`probe_soon` starts both of the probe's processes from the caller's thread: the trial
+    does not wait for `--version` (nor for this process's GIL between the two)."""
+    bwrap, gate, calls = tmp_path / "bwrap", tmp_path / "gate", tmp_path / "calls"
+    gate.touch()
+    gated_bwrap(bwrap, gate, calls, slow=3)
+    began = time.monotonic()
+    probe_soon(bwrap)
+    while len(calls.read_text().splitlines() if calls.exists() else []) < 2:
+        assert time.monotonic() < began + 10, "the trial did not start"
+        time.sleep(0.01)
+    assert time.monotonic() - began < 3  # while --version still sleeps
+    assert probe_sandbox(bwrap).available and probes(calls) == 1
+
+
 def test_an_environment_build_jail_says_when_the_sandbox_cannot_run(tmp_path):
     bwrap, gate, calls = tmp_path / "bwrap", tmp_path / "gate", tmp_path / "calls"
     gated_bwrap(bwrap, gate, calls)  # no gate: it fails

@@ -53,8 +53,15 @@ def begin(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
     the run itself reports any problem."""
     global _run_name, _started
     try:
-        early = _early(argv, environ)
+        line = _read(argv, environ)
+        early = _early(line)
         if early is None:
+            if line is not None and "--sandbox" in line.flags:
+                from osmosis.eval.sites.sandbox.support import probe_soon
+
+                # The run's sandbox site waits for this answer (~10-50 ms) before it starts
+                # its server: asked now, it is in by then.
+                probe_soon()
             return
         rollout_dir, entrypoint, env, name, run_dir, line = early
         if "--sandbox" in line.flags:
@@ -127,12 +134,17 @@ def _start_sandboxed(
     return held
 
 
+def _read(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyLine | None:
+    """`eval run`'s line as read here (None: another command, or not readable now)."""
+    return read_line(argv, ("eval", "run"), flags=_FLAGS, valued=_VALUED, environ=environ)
+
+
 def _early(
-    argv: Sequence[str], environ: Mapping[str, str]
+    line: EarlyLine | None,
 ) -> tuple[Path, str, dict[str, str], str | None, Path, EarlyLine] | None:
     """(rollout dir, absolute entrypoint, [env], default name or None, run dir, the line read)
-    of the one server the line will start, or None when that is not certain now."""
-    line = read_line(argv, ("eval", "run"), flags=_FLAGS, valued=_VALUED, environ=environ)
+    of the one server the line (None: unreadable here) will start, or None when that is not
+    certain now."""
     # --yes: no user code runs before the user said yes.
     if line is None or not line.flags & {"-y", "--yes"}:
         return None

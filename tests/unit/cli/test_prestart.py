@@ -32,7 +32,7 @@ def _line(config: Path, *options: str) -> list[str]:
     ],
 )
 def test_a_line_whose_launch_is_known_starts_early(config, options):
-    early = prestart._early(_line(config, *options), environ={})
+    early = prestart._early(prestart._read(_line(config, *options), {}))
     assert early is not None
     rollout_dir, entrypoint, env, _, run_dir, _ = early
     workspace = config.parents[2]
@@ -60,12 +60,14 @@ def test_a_line_whose_launch_is_known_starts_early(config, options):
     ],
 )
 def test_a_line_that_may_change_the_launch_starts_nothing(config, options):
-    assert prestart._early(_line(config, *options), environ={}) is None
+    assert prestart._early(prestart._read(_line(config, *options), {})) is None
 
 
 def test_another_command_or_a_dotenv_file_starts_nothing(config):
-    assert prestart._early(["eval", "submit", str(config), "-y"], environ={}) is None
-    assert prestart._early(_line(config, "-y"), environ={"OSMOSIS_ENV_FILE": ".env"}) is None
+    assert prestart._early(prestart._read(["eval", "submit", str(config), "-y"], {})) is None
+    assert (
+        prestart._early(prestart._read(_line(config, "-y"), {"OSMOSIS_ENV_FILE": ".env"})) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -95,15 +97,15 @@ def test_a_config_or_rollout_the_engine_would_treat_otherwise_starts_nothing(
         line = _line(moved, "-y")
     else:
         config.write_text(config.read_text().replace('MODE = "fast"', "MODE = 3"))
-    assert prestart._early(line, environ={}) is None
+    assert prestart._early(prestart._read(line, {})) is None
 
 
 def test_without_name_the_run_is_named_as_the_plan_would_name_it(config):
-    early = prestart._early(_line(config, "-y"), environ={})
+    early = prestart._early(prestart._read(_line(config, "-y"), {}))
     assert early is not None
     name, run_dir = early[3], early[4]
     assert name is not None and re.fullmatch(r"scripted-\d{8}-\d{6}", name)
     assert run_dir.name == name
     assert name[:-2] == default_run_name(config)[:-2]  # the shared format (seconds may tick)
-    named = prestart._early(_line(config, "-y", "--name", "mine"), environ={})
+    named = prestart._early(prestart._read(_line(config, "-y", "--name", "mine"), {}))
     assert named is not None and named[3] is None and named[4].name == "mine"

@@ -250,13 +250,11 @@ def start_spare(
     site_dir: Path | None = None
     group: LimitGroup | None = None
     socket_path: Path | None = None
-    support = known_support(policy.bwrap)
-    if support is None:
-        # No working answer kept: the probe (~10-50 ms) runs beside the server's start, not
-        # before it, and the adopting site checks its answer (`Spare.difference`). A bwrap
-        # that cannot sandbox fails the spare; the site then probes and says why.
-        probe_soon(policy.bwrap)
-        support = SandboxSupport(True, find_bwrap(policy.bwrap), None, disable_userns=True)
+    # No working answer kept: the probe (~10-50 ms) runs once the server is spawned, not
+    # before, and the adopting site checks its answer (`Spare.difference`). A bwrap that
+    # cannot sandbox fails the spare; the site then probes and says why.
+    known = known_support(policy.bwrap)
+    support = known or SandboxSupport(True, find_bwrap(policy.bwrap), None, disable_userns=True)
     try:
         support.require()
         info = os.stat(workspace)  # what the adopting site checks it binds
@@ -294,6 +292,8 @@ def start_spare(
             ready_read, ready_write = ready_pipe(launch)
             try:
                 popen = spawn(launcher.wrap(launch), ready_write)
+                if known is None:
+                    probe_soon(policy.bwrap)
             except BaseException:
                 os.close(ready_read)
                 launcher.release()

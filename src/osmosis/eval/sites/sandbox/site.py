@@ -113,7 +113,7 @@ from osmosis.eval.sites.sandbox.limits import LimitGroup, create_limit_group
 from osmosis.eval.sites.sandbox.network import BridgeForwarder, Slirp
 from osmosis.eval.sites.sandbox.policy import MAX_TRIAL_ENTRIES, SandboxLimits, SandboxPolicy
 from osmosis.eval.sites.sandbox.spare import Spare
-from osmosis.eval.sites.sandbox.support import SandboxSupport, probe_sandbox
+from osmosis.eval.sites.sandbox.support import SandboxSupport, known_support, probe_sandbox
 from osmosis.eval.sites.seam import Endpoint
 from osmosis.rollout.protocol import RolloutInitRequest, RolloutResultResponse
 from osmosis.rollout.types import RolloutStatus
@@ -733,15 +733,15 @@ class SandboxSite(LocalProcessSite):
         site would start."""
         python = self.environment.python
         self._spare = await self._fitting_spare()
-        # One thread for the file-system work (each hop to a thread waits for a core, long
-        # under load), and the shim's bytecode compiled beside it (once per process).
+        if known_support(self.policy.bwrap) is None:
+            await asyncio.to_thread(probe_sandbox, self.policy.bwrap)  # ~10-50 ms of waiting
+        # On the loop: a few milliseconds of file-system calls. In a thread, each call gives
+        # up the GIL and waits to take it back from this busy thread (~30 ms in all, under
+        # the run's start), and the shim's compiling holds it either way.
         try:
-            support, _ = await asyncio.gather(
-                asyncio.to_thread(self._prepare),
-                asyncio.to_thread(shim_bytecode, SHIM_SOURCE)
-                if runs_our_bytecode(python)
-                else asyncio.sleep(0),
-            )
+            support = self._prepare()
+            if runs_our_bytecode(python):
+                shim_bytecode(SHIM_SOURCE)  # once per process
         except BaseException:
             if self._site_dir is not None:
                 await self._close()
@@ -845,7 +845,7 @@ class SandboxSite(LocalProcessSite):
             adopted = await self._adopt_spare(name, found)
             if adopted is not None:
                 return adopted
-        group = await asyncio.to_thread(create_limit_group, name, self.policy.limits)
+        group = create_limit_group(name, self.policy.limits)  # a few calls: see `start`
         if not self._described:
             self._described = True
             self.log(f"sandbox {group.describe()}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from osmosis.eval.errors import HostError
 
 _PROBE_TIMEOUT_SEC = 15.0
+_Identity = tuple[str, int, int, int, int, int]  # what tells one binary from another
 
 USERNS_FIX = (
     "allow unprivileged user namespaces (Debian/Ubuntu: `sysctl -w "
@@ -107,17 +108,46 @@ def known_support(bwrap: Path | None = None) -> SandboxSupport | None:
 
 
 def probe_soon(bwrap: Path | None = None) -> None:
-    """Start `probe_sandbox` in a thread of its own and return: the next `probe_sandbox`
-    waits for its answer, and whatever the caller does meanwhile hides its ~10-50 ms."""
-    threading.Thread(target=probe_sandbox, args=(bwrap,), name="sandbox-probe", daemon=True).start()
+    """Start the probe's processes now (`bwrap --version` and the trial sandbox, both at
+    once: ~2 ms here) and return; a thread of its own collects their answers, which the next
+    `probe_sandbox` waits for. Whatever the caller does meanwhile hides the probe's ~10-50 ms,
+    and the trial does not wait for this process's GIL between its steps. Nothing when an
+    answer is kept or a probe is under way."""
+    found = find_bwrap(bwrap)
+    identity = _identity(found)
+    if identity is not None and identity in _working:
+        return
+    if not _probing.acquire(blocking=False):
+        return  # a probe is under way: its answer serves this caller too
+    try:
+        started = _Started.begin(found) if found is not None and _runnable(found) else None
+        threading.Thread(
+            target=_finish_soon, args=(found, identity, started), name="sandbox-probe", daemon=True
+        ).start()
+    except BaseException:
+        _probing.release()
+        raise
 
 
-_working: dict[tuple[str, int, int, int, int, int], SandboxSupport] = {}
+def _finish_soon(
+    found: Path | None,
+    identity: _Identity | None,
+    started: _Started | None,
+) -> None:
+    try:
+        support = _probe(found, started)
+        if identity is not None and support.available:
+            _working[identity] = support
+    finally:
+        _probing.release()  # taken by `probe_soon` on the caller's thread
+
+
+_working: dict[_Identity, SandboxSupport] = {}
 """Working answers, by the binary's identity (`_identity`)."""
 _probing = threading.Lock()  # one probe at a time: a second caller takes the first's answer
 
 
-def _identity(bwrap: Path | None) -> tuple[str, int, int, int, int, int] | None:
+def _identity(bwrap: Path | None) -> _Identity | None:
     """What tells a binary from another one at the same path, or from itself rewritten: its
     path, device, inode, size, and modification and change times; None when it cannot be
     read (the probe then says why)."""
@@ -160,58 +190,100 @@ def namespace_flags(*, disable_userns: bool) -> list[str]:
     return flags
 
 
-def _probe(bwrap: Path | None) -> SandboxSupport:
+def _runnable(bwrap: Path) -> bool:
+    return os.access(bwrap, os.X_OK)
+
+
+def _probe(bwrap: Path | None, started: _Started | None = None) -> SandboxSupport:
+    """The probe's answer: from `started` (`probe_soon`'s processes), else run now."""
     if bwrap is None:
         return SandboxSupport(
             False, None, None, reason="no bubblewrap (bwrap) binary found", fix=BWRAP_FIX
         )
-    if not os.access(bwrap, os.X_OK):
+    if not _runnable(bwrap):
         return SandboxSupport(
             False, bwrap, None, reason=f"{bwrap} is not an executable file", fix=BWRAP_FIX
         )
-    version = _version(bwrap)
-    first = _try(bwrap, disable_userns=True)
+    started = started or _Started.begin(bwrap)
+    version = started.version()
+    first = started.trial()
     if first is None:
         return SandboxSupport(True, bwrap, version, disable_userns=True)
-    if _try(bwrap, disable_userns=False) is None:  # an older bwrap without --disable-userns
+    # An older bwrap without --disable-userns.
+    if _Started.begin(bwrap, disable_userns=False).trial() is None:
         return SandboxSupport(True, bwrap, version, disable_userns=False)
     return SandboxSupport(False, bwrap, version, reason=first, fix=USERNS_FIX)
 
 
-def _version(bwrap: Path) -> str | None:
-    try:
-        done = subprocess.run(
-            [str(bwrap), "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SEC
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
+@dataclass
+class _Started:
+    """One probe's processes, started together: `bwrap --version` (none for a retry), and the
+    sandbox's namespaces around `/bin/true` (or why it could not be started)."""
+
+    bwrap: Path
+    versioning: subprocess.Popen[str] | None
+    trying: subprocess.Popen[str] | str
+
+    @classmethod
+    def begin(cls, bwrap: Path, *, disable_userns: bool = True) -> _Started:
+        true = next((p for p in ("/usr/bin/true", "/bin/true") if Path(p).exists()), "/bin/true")
+        argv = [
+            str(bwrap),
+            *namespace_flags(disable_userns=disable_userns),
+            *system_binds(),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--",
+            true,
+        ]
+        versioning = _start([str(bwrap), "--version"]) if disable_userns else None
+        return cls(bwrap, versioning if not isinstance(versioning, str) else None, _start(argv))
+
+    def version(self) -> str | None:
+        if self.versioning is None:
+            return None
+        _, out, _ = _finish(self.versioning)
+        return out.strip() or None
+
+    def trial(self) -> str | None:
+        """None when the namespaces could be created, else bwrap's own words."""
+        if isinstance(self.trying, str):
+            return f"{self.bwrap} could not run: {self.trying}"
+        returncode, _, err = _finish(self.trying)
+        if returncode == 0:
+            return None
+        if returncode is None:
+            return f"{self.bwrap} could not run: {err}"
+        said = " ".join(err.split()) or f"exit code {returncode}"
+        return said[:500]
 
 
-def _try(bwrap: Path, *, disable_userns: bool) -> str | None:
-    """None when the namespaces could be created, else bwrap's own words."""
-    true = next((p for p in ("/usr/bin/true", "/bin/true") if Path(p).exists()), "/bin/true")
-    argv = [
-        str(bwrap),
-        *namespace_flags(disable_userns=disable_userns),
-        *system_binds(),
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        true,
-    ]
+def _start(argv: list[str]) -> subprocess.Popen[str] | str:
+    """A probe process (an empty environment), or why it could not start."""
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SEC, env={}
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={},
         )
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"{bwrap} could not run: {error}"
-    if done.returncode == 0:
-        return None
-    said = " ".join(done.stderr.split()) or f"exit code {done.returncode}"
-    return said[:500]
+    except OSError as error:
+        return str(error)
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int | None, str, str]:
+    """(exit code, output, errors) of a probe process; None and why, past the timeout."""
+    try:
+        out, err = process.communicate(timeout=_PROBE_TIMEOUT_SEC)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return None, "", f"no answer within {_PROBE_TIMEOUT_SEC:g} s"
+    return process.returncode, out, err
 
 
 def system_binds() -> list[str]:
