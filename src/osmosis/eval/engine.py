@@ -485,7 +485,7 @@ class Engine:
             queued = self._queued_too_long(run, result, time.monotonic() - started)
             if queued is not None:
                 return _Requeue(queued, counts=False)
-            fault = await self._system_fault(run, result, time.monotonic() - started)
+            fault = await self._system_fault(run.rollout_id, result, time.monotonic() - started)
             if fault is not None:
                 return _Requeue(fault, counts=False)
         duration_ms = (time.monotonic() - started) * 1000
@@ -615,10 +615,9 @@ class Engine:
         return reason
 
     async def _system_fault(
-        self, run: _Running, result: RolloutResultResponse, elapsed: float
+        self, rollout_id: str, result: RolloutResultResponse, elapsed: float
     ) -> str | None:
         """Why a failed result is the provider's fault rather than the rollout's, if it is."""
-        rollout_id = run.rollout_id
         if rollout_id in self.bridge.stuck_rollouts():
             if await self.bridge.stalled(rollout_id):
                 # The provider answered nobody since this call was sent: a stall shorter than

@@ -261,15 +261,15 @@ def start_spare(
         site_dir = prepare_site(policy, trials_root, outbox)
         shim = compile_shim(SHIM_SOURCE, environment.python, site_dir / "shim.pyc")
         place = SandboxPlace(
-            support,
-            site_dir,
-            shim,
-            policy,
-            environment.venv,
-            workspace,
-            outbox,
-            tuple(hidden),
-            port,
+            support=support,
+            site_dir=site_dir,
+            shim=shim,
+            policy=policy,
+            venv=environment.venv,
+            workspace=workspace,
+            outbox=outbox,
+            hidden=tuple(hidden),
+            bridge_port=port,
         )
         name = spare_group_name(os.getpid())
         group = create_limit_group(name, policy.limits)
@@ -292,8 +292,6 @@ def start_spare(
             ready_read, ready_write = ready_pipe(launch)
             try:
                 popen = spawn(launcher.wrap(launch), ready_write)
-                if known is None:
-                    probe_soon(policy.bwrap)
             except BaseException:
                 os.close(ready_read)
                 launcher.release()
@@ -307,6 +305,8 @@ def start_spare(
         disk.remove_stale(trials_root)
         bridge.close()
         raise
+    if known is None:
+        probe_soon(policy.bwrap)  # once the server is spawned: see above
     early = prestart.Prestarted(
         popen,
         plain,

@@ -732,9 +732,13 @@ class SandboxSite(LocalProcessSite):
         the first is the spare this process holds (`sandbox.spare`) when it is the server this
         site would start."""
         python = self.environment.python
-        self._spare = await self._fitting_spare()
-        if known_support(self.policy.bwrap) is None:
-            await asyncio.to_thread(probe_sandbox, self.policy.bwrap)  # ~10-50 ms of waiting
+        # The probe's answer, waited for off the loop (~10-50 ms) unless it is kept: a spare
+        # may have started before it (`launcher.start_spare`), and is checked against it.
+        probed = known_support(self.policy.bwrap)
+        if probed is None:
+            probed = await asyncio.to_thread(probe_sandbox, self.policy.bwrap)
+        self.support = probed
+        self._spare = await self._fitting_spare(probed)
         # On the loop: a few milliseconds of file-system calls. In a thread, each call gives
         # up the GIL and waits to take it back from this busy thread (~30 ms in all, under
         # the run's start), and the shim's compiling holds it either way.
@@ -771,13 +775,13 @@ class SandboxSite(LocalProcessSite):
             await self._close()
             raise
 
-    async def _fitting_spare(self) -> Spare | None:
+    async def _fitting_spare(self, support: SandboxSupport) -> Spare | None:
         """The spare this process holds, when it is the server this site would start first;
         killed (and the log says what differs) otherwise. None when there is none."""
         found = spare.claim()
         if found is None:
             return None
-        differs = found.difference(self)
+        differs = found.difference(self, support)
         if differs is None:
             return found
         await asyncio.to_thread(found.kill)
@@ -788,6 +792,8 @@ class SandboxSite(LocalProcessSite):
         """Check bwrap (`SandboxUnavailable`), clear what killed engines left, and make the
         site's directory (0700: ours only) with its `/etc` files, and the outbox; with a
         spare, take its directory and rename its outbox to this site's."""
+        support = self.support
+        assert support is not None, "start() probes first"
         if self._spare is not None:
             sweep_site_dirs()
             # A spare started for this very outbox (`eval run --sandbox`, at the command's
@@ -804,11 +810,8 @@ class SandboxSite(LocalProcessSite):
                 self._spare = None
                 self.log(f"rollout server: the spare was not adopted: its outbox: {error}")
             else:
-                # The probe's answer: kept, as `Spare.difference` asked for it.
-                support = self.support = probe_sandbox(self.policy.bwrap)
                 self._site_dir = self._spare.site_dir
                 return support
-        support = self.support = probe_sandbox(self.policy.bwrap)
         support.require()
         self._site_dir = prepare_site(self.policy, self.trials_root, self.outbox)
         return support

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Protocol
 from osmosis.eval.sites.prestart import Prestarted
 from osmosis.eval.sites.sandbox import disk
 from osmosis.eval.sites.sandbox.policy import SandboxPolicy
-from osmosis.eval.sites.sandbox.support import probe_sandbox
 from osmosis.eval.sites.spawn import Interpreter, Launch, rollout_launch
 
 if TYPE_CHECKING:
@@ -100,11 +99,10 @@ class Spare:
         readable, _, _ = select.select([self.early.ready_fd], [], [], timeout)
         return bool(readable) and self.early.popen.poll() is None
 
-    def difference(self, site: _Site) -> str | None:
-        """What differs between this server and the one `site` would start (None: nothing);
-        names only, never a value (the environment holds secrets)."""
-        # Started before a probe answered (`launcher.start_spare`): the answer, now.
-        probed = probe_sandbox(self.policy.bwrap)
+    def difference(self, site: _Site, probed: SandboxSupport) -> str | None:
+        """What differs between this server and the one `site` would start (None: nothing),
+        `probed` the sandbox probe's answer (the spare may have started before it); names
+        only, never a value (the environment holds secrets)."""
         if not probed.available or (probed.bwrap, probed.disable_userns) != (
             self.support.bwrap,
             self.support.disable_userns,
