@@ -5,6 +5,7 @@ can no longer end the run. Every test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import threading
 from datetime import timedelta
@@ -236,3 +237,26 @@ def test_live_processes_are_listed_and_a_stopped_one_is_not(world):
         live = processes.live_processes(db, now=now, within_s=30)
     assert [(p.id, p.role) for p in live] == [(worker, "worker")]
     assert live[0].heartbeat_age_s < 30
+
+
+@pytest.mark.databases("sqlite")  # PostgreSQL locks rows, not the database
+def test_on_sqlite_a_round_with_nothing_to_claim_never_takes_the_write_lock(world):
+    # SQLite's write lock is the database's: a worker frozen (SIGSTOP, a paused VM) while it
+    # held it would stop every other writer. Idle rounds, most of them, must not take it.
+    (running,) = world.runs(1)
+    worker = world.worker()
+    assert [c.run_id for c in world.claim(worker, room=1)] == [running]
+    path = world.settings.database_url.removeprefix("sqlite:///")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process, stopped mid-write
+    try:
+        outcome: list[list[leases.Claim]] = []
+        idle = threading.Thread(target=lambda: outcome.append(world.claim(worker, room=1)))
+        idle.start()
+        idle.join(timeout=10)
+        assert not idle.is_alive() and outcome == [[]]  # nothing waiting: no lock needed
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    (waiting,) = world.runs(1)
+    assert [c.run_id for c in world.claim(worker, room=1)] == [waiting]

@@ -20,8 +20,10 @@ cannot end a run another worker has taken since.
 PostgreSQL: the candidates are selected `FOR UPDATE SKIP LOCKED` (a worker never waits on a
 row another transaction holds), inside a transaction-scoped advisory lock so that two workers
 counting the platform's running runs (`OSMOSIS_MAX_CONCURRENT_RUNS`) cannot both take the last
-slot. SQLite has one writer at a time: the transaction starts with a write, so it holds the
-write lock before it reads, and each claim is a conditional UPDATE.
+slot. SQLite has one writer at a time: a round first looks without the write lock (a worker
+frozen while holding it would stop every writer), and only when there is something to claim
+or stop starts a transaction with a write, so that it holds the lock before it reads again;
+each claim is a conditional UPDATE.
 
 Lease times are the database server's clock on PostgreSQL (`processes.db_now`), so machines
 whose clocks differ agree on when a lease runs out.
@@ -111,6 +113,14 @@ def claim_runs(
     if postgres:
         db.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
     else:
+        # SQLite's write lock is the whole database's: a worker stopped while it holds it (a
+        # frozen process, a paused VM) stops every other writer until it goes on. Most rounds
+        # have nothing to write, so they look first without it.
+        now, dead = db_now(db), dead_here(db, exclude=process_id)
+        orphan = db.scalar(select(EvalRun.id).where(_orphan_to_stop(now, dead)).limit(1))
+        if orphan is None and not _choose(db, now, dead, settings, room=room, exclude=exclude):
+            db.rollback()
+            return []
         # A write first: SQLite then holds the write lock for all this transaction reads.
         db.execute(
             update(PlatformProcess)
@@ -120,21 +130,11 @@ def claim_runs(
     now = db_now(db)
     dead = dead_here(db, exclude=process_id)
     _stop_orphans(db, now=now, dead=dead)
-    held = held_by_user(db, now=now, dead=dead)
-    wanted = min(room, settings.max_concurrent_runs - sum(held.values()))
-    if wanted <= 0:
+    chosen = _choose(db, now, dead, settings, room=room, exclude=exclude)
+    if not chosen:
         db.commit()
         return []
-    candidates = db.execute(
-        select(EvalRun.id, EvalRun.status, EvalRun.claimed_by, EvalRun.created_by)
-        .where(_claimable(now, dead), EvalRun.id.not_in(list(exclude)))
-        .order_by(case((EvalRun.status == "running", 0), else_=1), EvalRun.created_at)
-        .limit(max(wanted, _CANDIDATES))
-    ).all()
-    chosen = _fair_order(
-        [_Candidate(*row) for row in candidates], held, share=settings.runs_per_user
-    )[:wanted]
-    if postgres and chosen:
+    if postgres:
         # Never wait on a row another transaction holds (a stop, a progress update).
         free = set(
             db.scalars(
@@ -166,6 +166,32 @@ def claim_runs(
         claims.append(Claim(run_id, epoch, resumed=resumed, previous_holder=candidate.holder))
     db.commit()
     return claims
+
+
+def _choose(
+    db: Session,
+    now: datetime,
+    dead: list[str],
+    settings: Settings,
+    *,
+    room: int,
+    exclude: Collection[str],
+) -> list[_Candidate]:
+    """The runs to claim, in order: as many of the claimable ones as `room` and the
+    platform-wide limit let in, ordered by `_fair_order`."""
+    held = held_by_user(db, now=now, dead=dead)
+    wanted = min(room, settings.max_concurrent_runs - sum(held.values()))
+    if wanted <= 0:
+        return []
+    candidates = db.execute(
+        select(EvalRun.id, EvalRun.status, EvalRun.claimed_by, EvalRun.created_by)
+        .where(_claimable(now, dead), EvalRun.id.not_in(list(exclude)))
+        .order_by(case((EvalRun.status == "running", 0), else_=1), EvalRun.created_at)
+        .limit(max(wanted, _CANDIDATES))
+    ).all()
+    return _fair_order(
+        [_Candidate(*row) for row in candidates], held, share=settings.runs_per_user
+    )[:wanted]
 
 
 @dataclass(frozen=True)
@@ -264,11 +290,15 @@ def why_pending(db: Session, *, run: EvalRun, settings: Settings) -> str | None:
     return "a run slot is free: a worker starts it at its next round"
 
 
+def _orphan_to_stop(now: datetime, dead: list[str]) -> ColumnElement[bool]:
+    return and_(EvalRun.status == "running", EvalRun.stop_requested, _orphaned(now, dead))
+
+
 def _stop_orphans(db: Session, *, now: datetime, dead: list[str]) -> None:
     """A run asked to stop whose worker is gone is stopped here: there is nobody to tell."""
     db.execute(
         update(EvalRun)
-        .where(EvalRun.status == "running", EvalRun.stop_requested, _orphaned(now, dead))
+        .where(_orphan_to_stop(now, dead))
         .values(
             status="stopped",
             error="stopped on request",
