@@ -15,6 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -27,13 +28,14 @@ from osmosis.platform.core.db.run_models import EvalRun
 from osmosis.platform.core.settings import Settings
 from osmosis.platform.operations import platform_status
 from osmosis.platform.services.token_use import TokenUses, keep_flushing
-from osmosis.platform.worker import leases
-from osmosis.platform.worker.scheduler import Scheduler
+from osmosis.platform.worker import leases, processes
+from osmosis.platform.worker.scheduler import POLL_SEC, Scheduler
 from tests.platform.databases import Databases
 from tests.platform.test_roles_leases import World
 from tests.platform.test_shutdown_connections import within
 
 RELEASE_AFTER_SEC = 0.5
+LEASE_LEFT_SEC = 1.0
 
 
 @contextmanager
@@ -201,8 +203,16 @@ async def test_a_run_claimed_as_the_worker_stopped_is_given_back(tmp_path, datab
         db.commit()
         world = World(settings, sessions, workspace.id)
     (run_id,) = world.runs(1)
-    with sessions() as db:  # out of the queue until the lock below puts it back
-        db.execute(update(EvalRun).where(EvalRun.id == run_id).values(status="failed"))
+    sqlite = not databases.postgresql
+    with sessions() as db:
+        if sqlite:
+            # A round takes SQLite's write lock only once it sees a run to claim: this one,
+            # whose lease runs out (its worker froze) while the lock below is held.
+            expires = processes.db_now(db) + timedelta(seconds=LEASE_LEFT_SEC)
+            changes = {"status": "running", "claimed_by": "frozen", "lease_expires_at": expires}
+        else:
+            changes = {"status": "failed"}  # out of the queue until the lock puts it back
+        db.execute(update(EvalRun).where(EvalRun.id == run_id).values(**changes))
         db.commit()
     scheduler = Scheduler(sessions, settings)
     try:
@@ -212,9 +222,13 @@ async def test_a_run_claimed_as_the_worker_stopped_is_given_back(tmp_path, datab
         # then finds is pending again.
         pending = f"UPDATE eval_runs SET status = 'pending' WHERE id = '{run_id}'"
         holding = _holding(
-            settings, postgresql=f"SELECT pg_advisory_xact_lock({leases.CLAIM_LOCK})", then=pending
+            settings,
+            postgresql=f"SELECT pg_advisory_xact_lock({leases.CLAIM_LOCK})",
+            then="" if sqlite else pending,
         )
         with holding as release:
+            if sqlite:  # a round has seen the lease run out since, and waits for the lock
+                await asyncio.sleep(LEASE_LEFT_SEC + 2 * POLL_SEC)
             checked_out = lambda: engine.pool.checkedout() == 1  # noqa: E731
             assert await asyncio.to_thread(within, 30, checked_out)
             timer = _released_later(release)
