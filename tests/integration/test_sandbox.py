@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,11 @@ def rollout(tmp_path: Path) -> Path:
 
 
 def site_for(
-    rollout: Path, tmp_path: Path, lines: list[str], policy: SandboxPolicy | None = None
+    rollout: Path,
+    tmp_path: Path,
+    lines: list[str],
+    policy: SandboxPolicy | None = None,
+    on_spawned: Callable[[], None] | None = None,
 ) -> SandboxSite:
     environment = prepare_environment(rollout, cache_root=tmp_path / "envs", log=lines.append)
     return SandboxSite(
@@ -79,6 +84,7 @@ def site_for(
         bridge_url="http://127.0.0.1:45999/v1",
         bridge_address=("127.0.0.1", 45999),
         max_restarts=1,
+        on_spawned=on_spawned,
     )
 
 
@@ -120,9 +126,11 @@ async def test_a_server_killed_by_its_host_pid_is_replaced_and_stop_leaves_nothi
     rollout, tmp_path
 ):
     lines: list[str] = []
-    site = site_for(rollout, tmp_path, lines)
+    spawns: list[str] = []  # the run's bridge waits for them (`SiteContext.on_spawned`)
+    site = site_for(rollout, tmp_path, lines, on_spawned=lambda: spawns.append("spawned"))
     await site.start(1)
     try:
+        assert spawns == ["spawned"]
         first = site.endpoints[0]
         assert isinstance(first, SandboxEndpoint)
         assert (await first.api.health())["status"] == "ok"
@@ -135,6 +143,7 @@ async def test_a_server_killed_by_its_host_pid_is_replaced_and_stop_leaves_nothi
         assert isinstance(second, SandboxEndpoint)
         assert (await second.api.health())["status"] == "ok"
         assert "restarting rollout server echo (restart 1 of 1 within 10 minutes)" in lines
+        assert spawns == ["spawned"] * 2
         assert not any(d is not None and d.exists() for d in group_dirs)
         pids, socket_path = sandbox_pids(second), second.socket_path
     finally:

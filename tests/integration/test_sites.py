@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ CURRENT = RolloutEnvironment(
 )
 
 MAIN = """
-import asyncio, os, sys
+import asyncio, os, sys, time
 from pathlib import Path
 
 import uvicorn
@@ -39,6 +40,7 @@ from osmosis import (AgentWorkflow, AgentWorkflowConfig, ConcurrencyConfig, Grad
 Path(os.environ["PID_DIR"], str(os.getpid())).touch()
 if os.environ.get("CRASH_AT_IMPORT"):
     raise RuntimeError("boom: the tool registry is missing")
+time.sleep(float(os.environ.get("SLOW_START", "0")))  # a heavy import, say
 
 
 class AskOnce(AgentWorkflow):
@@ -233,6 +235,28 @@ async def test_an_entrypoint_that_raises_at_import_is_the_users_error_with_its_l
     assert "nothing was dispatched" in error.hint
     assert site.endpoints == []
     assert len(pids(tmp_path)) == 2 and not any(alive(pid) for pid in pids(tmp_path))
+
+
+async def test_the_site_says_each_server_is_spawned_before_it_answers(tmp_path):
+    # The run holds its bridge's imports back until then, not to slow the spawn down: a site
+    # that never said so would cost every run its wait's whole limit.
+    workspace(tmp_path)
+    said: list[float] = []
+    run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=1, n=1), inputs={}, provenance={})
+    with run:
+        site = site_for(
+            tmp_path,
+            run,
+            env={"SLOW_START": "1.5"},
+            on_spawned=lambda: said.append(time.monotonic()),
+        )
+        try:
+            await site.start(replicas=2)
+            healthy = time.monotonic()
+        finally:
+            await site.stop()
+    assert len(said) == 2
+    assert all(healthy - moment > 1.0 for moment in said)
 
 
 async def test_stopping_the_site_while_replicas_start_leaves_no_process(tmp_path):

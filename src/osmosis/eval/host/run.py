@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from osmosis.eval.sites.seam import Site
 
 _T = TypeVar("_T")
+# The longest the bridge's imports wait for the rollout server's spawn (`_policy`).
+SPAWN_WAIT_SEC = 0.5
 
 
 class Reporter(Protocol):
@@ -262,26 +264,36 @@ async def _dispatch(
         address = _bridge_address(plan, spec)
         stack.callback(address.close)  # a no-op once the bridge has started on it
         started: list[Site] = []
+        # Set once a rollout server's process runs (or its start is over, or it starts on
+        # Ray's nodes): the bridge's imports wait for it, not to slow the spawn down.
+        spawned = asyncio.Event()
 
         async def start_servers() -> Site:
-            environment = (
-                None
-                if isinstance(spec, RaySiteSpec)
-                else await prepare_environment_async(
-                    plan.rollout_dir,
-                    cache_root=cache_root,
-                    log=log,
-                    scope=_env_scope(plan),
-                    checkout=plan.workspace,
-                    sandbox=build_sandbox,
+            try:
+                environment = (
+                    None
+                    if isinstance(spec, RaySiteSpec)
+                    else await prepare_environment_async(
+                        plan.rollout_dir,
+                        cache_root=cache_root,
+                        log=log,
+                        scope=_env_scope(plan),
+                        checkout=plan.workspace,
+                        sandbox=build_sandbox,
+                    )
                 )
-            )
-            log(f"starting {servers} ({plan.config.experiment.entrypoint})")
-            context = _site_context(plan, spec, environment, address, run, reporter, redactor)
-            site = build_site(spec, context)
-            started.append(site)  # stopped on the way out, also when starting fails
-            await site.start(replicas)
-            return site
+                log(f"starting {servers} ({plan.config.experiment.entrypoint})")
+                context = _site_context(
+                    plan, spec, environment, address, run, reporter, redactor, spawned.set
+                )
+                site = build_site(spec, context)
+                started.append(site)  # stopped on the way out, also when starting fails
+                if isinstance(spec, RaySiteSpec):
+                    spawned.set()  # its servers start in the cluster's processes
+                await site.start(replicas)
+                return site
+            finally:
+                spawned.set()
 
         async def stop_servers() -> None:
             while started:
@@ -298,6 +310,7 @@ async def _dispatch(
                 bridge_token,
                 report.bridge,
                 address,
+                spawned,
                 observer,
             )
         )
@@ -441,15 +454,21 @@ async def _policy(
     token: str,
     earlier: dict[str, Any],
     address: BridgeAddress,
+    spawned: asyncio.Event,
     observer: RunObserver | None = None,
 ) -> AsyncIterator[tuple[ModelBridge, asyncio.Task[None]]]:
     """The bridge to the run's model (starting the local model first when asked), started,
     and the model's pre-flight probe, which must pass before anything is dispatched (a
     `RunFailed` when it does not): a task already running, alongside the bridge's start and
     the rollout servers'.
-    `earlier`: the bridge's figures from the run's earlier invocations (what they spent)."""
-    # Its modules (~0.1 s) are imported off the event loop: the rollout servers' start, a
-    # task that needs the loop to spawn them, goes on meanwhile instead of after.
+    `earlier`: the bridge's figures from the run's earlier invocations (what they spent);
+    `spawned`: set once the rollout servers' spawn no longer needs this process's CPU."""
+    # Its modules (~0.1 s of CPU) are imported off the event loop, once the rollout server
+    # runs: it then boots on the other core meanwhile. Before, the import thread took the GIL
+    # from the site's start (a sandbox's takes ~50 ms of this process first). Not later than
+    # SPAWN_WAIT_SEC: while an environment builds, the pre-flight still runs alongside.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(spawned.wait(), SPAWN_WAIT_SEC)
     await asyncio.to_thread(_import_policy_modules)
     from osmosis.eval.model.bridge import (
         DEFAULT_MAX_REQUEST_BYTES,
@@ -628,6 +647,7 @@ def _site_context(
     run: RunDirectory,
     reporter: Reporter,
     redactor: Redactor,
+    on_spawned: Callable[[], None],
 ) -> SiteContext:
     """What the site needs of this run; refuses a sandbox the bridge cannot be reached from."""
     if isinstance(spec, SandboxSiteSpec):
@@ -654,6 +674,7 @@ def _site_context(
         env_scope=_env_scope(plan),
         bridge_bound_url=bridge.bound_url,
         environment=environment,
+        on_spawned=on_spawned,
     )
 
 

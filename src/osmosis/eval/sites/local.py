@@ -127,6 +127,7 @@ class LocalProcessSite:
         restart_window_sec: float = RESTART_WINDOW_SEC,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
         base_env: Mapping[str, str] | None = None,
+        on_spawned: Callable[[], None] | None = None,
     ) -> None:
         self.environment = environment
         self.rollout_dir = rollout_dir
@@ -138,6 +139,8 @@ class LocalProcessSite:
         self.restarts = RestartBudget(max_restarts, window_sec=restart_window_sec)
         self.startup_timeout = startup_timeout
         self.base_env = base_env  # None: this process's environment (see child_environment)
+        # Called as each server's process runs, before it answers (`SiteContext.on_spawned`).
+        self.on_spawned = on_spawned or _nothing
         self._endpoints: list[LocalEndpoint] = []
 
     @property
@@ -213,6 +216,7 @@ class LocalProcessSite:
             startup_timeout=self.startup_timeout,
             name=name,
             base_env=self.base_env,
+            spawned=self.on_spawned,
         )
         client = RolloutClient(process.base_url)
         try:
@@ -249,6 +253,7 @@ class LocalProcessSite:
             f"rollout server {name}: started at the command's entry, "
             f"{time.monotonic() - early.began:.2f} s ago (the same launch): adopted"
         )
+        self.on_spawned()
         return await RolloutProcess.adopt(
             early.popen,
             name=name,
@@ -279,3 +284,7 @@ def capacity_of(health: Mapping[str, object]) -> int | None:
 
 
 __all__ = ["DEFAULT_MAX_RESTARTS", "LocalEndpoint", "LocalProcessSite", "capacity_of"]
+
+
+def _nothing() -> None:
+    pass

@@ -177,11 +177,13 @@ class RolloutProcess:
         base_env: Mapping[str, str] | None = None,
         name: str | None = None,
         wrap: Callable[[Launch], Launch] | None = None,
+        spawned: Callable[[], None] | None = None,
     ) -> RolloutProcess:
         """Start `<environment.python> <entrypoint>` in `rollout_dir` and wait until
         `GET /health` answers 200. `env` is the run's `[env]` table plus resolved secrets;
         `base_env` defaults to `os.environ`; `name` (default: the rollout directory's) is what
-        messages call it; `wrap` may rewrite the launch (a sandbox). Raises `RolloutStartError`.
+        messages call it; `wrap` may rewrite the launch (a sandbox); `spawned()` is called
+        once the process runs, before it answers. Raises `RolloutStartError`.
 
         process = await RolloutProcess.start(env, Path("rollouts/multiply"), "main.py",
                                              env={}, artifact_root=root, log=print,
@@ -202,6 +204,8 @@ class RolloutProcess:
             name=name,
             wrap=wrap,
         )
+        if spawned is not None:
+            spawned()
         await process._watch_until_healthy(startup_timeout)
         return process
 

@@ -110,6 +110,9 @@ class SiteContext:
     prepares its own."""
     env_scope: str | None = None
     """Whose venvs they are (the workspace): a node never gives one scope's venv to another."""
+    on_spawned: Callable[[], None] | None = None
+    """Called once a server's process runs on this machine, before it answers: what the run
+    holds back until then (its bridge's imports) would only slow the spawn down."""
 
 
 def build_site(spec: SiteSpec, context: SiteContext) -> Site:
@@ -153,6 +156,7 @@ def build_site(spec: SiteSpec, context: SiteContext) -> Site:
             log=context.log,
             redactor=context.redactor,
             base_env=spec.base_env,
+            on_spawned=context.on_spawned,
         )
     if isinstance(spec, SandboxSiteSpec):
         from osmosis.eval.sites.sandbox.site import SandboxSite
@@ -175,6 +179,7 @@ def build_site(spec: SiteSpec, context: SiteContext) -> Site:
             redactor=context.redactor,
             base_env=spec.base_env,
             artifact_limits=context.artifact_limits,  # what of an attempt's files is copied out
+            on_spawned=context.on_spawned,
         )
     assert_never(spec)
 

@@ -684,6 +684,7 @@ class SandboxSite(LocalProcessSite):
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_SEC,
         base_env: Mapping[str, str] | None = None,
         artifact_limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+        on_spawned: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(
             environment,
@@ -698,6 +699,7 @@ class SandboxSite(LocalProcessSite):
             base_env=clean_base_env(os.environ, home=SANDBOX_HOME)
             if base_env is None
             else base_env,
+            on_spawned=on_spawned,
         )
         port = urlsplit(bridge_url).port
         if port is None:
@@ -870,6 +872,7 @@ class SandboxSite(LocalProcessSite):
                 name=name,
                 base_env=self.base_env,
                 wrap=launcher.wrap,
+                spawned=self.on_spawned,
             )
         except RolloutStartError as error:
             hit = group.exceeded()
@@ -934,6 +937,7 @@ class SandboxSite(LocalProcessSite):
         the log says why) when it does not."""
         process: RolloutProcess | None = None
         client = RolloutClient("http://rollout", unix_socket=found.socket_path, handoff=True)
+        self.on_spawned()
         try:
             process = await RolloutProcess.adopt(
                 found.early.popen,
