@@ -638,8 +638,10 @@ class ModelBridge:
         """A call with the run's record: answered from it when the cache mode says so,
         else forwarded; what the provider answers is appended to it."""
         key = recorder.next_key(rollout_id)
-        normalised, digest = recorder.prepare({**params, "messages": messages})
+        parts = {**params, "messages": messages}
+        prepared = None  # `off`: prepared once the answer is out (`keep_soon`)
         if recorder.mode != "off":
+            prepared = normalised, digest = recorder.prepare(parts)
             answer = recorder.lookup(key, digest)
             if isinstance(answer, dict):
                 outcome = Outcome(200, completion=Completion(answer), replayed=True)
@@ -657,7 +659,7 @@ class ModelBridge:
                 return outcome
         outcome = await self._forward(rollout_id, started_at, began, messages, params, request)
         if key is not None and outcome.completion is not None and not outcome.released:
-            recorder.keep_soon(key, normalised, digest, outcome.completion.payload)
+            recorder.keep_soon(key, parts, outcome.completion.payload, prepared=prepared)
         return outcome
 
     async def _forward(

@@ -1,7 +1,8 @@
 """Record and replay of the bridge's model calls (issue 28, part 2).
 
 Every call the bridge answers with a completion is appended to the run's record,
-`model_calls.jsonl` in the run directory, one JSON line per call as it completes. The first
+`model_calls.jsonl` in the run directory, one JSON line per call, written within
+`KEEP_AFTER_SEC` of its answer (`keep_soon`). The first
 call of an attempt is written whole (`"v": 1`, the only form records had before deltas):
 
     {"v": 1, "key": {"row": 3, "run": 1, "call": 0}, "digest": "sha256:…",
@@ -95,6 +96,8 @@ _VERSION = 1
 """A line with its request whole."""
 _DELTA_VERSION = 2
 """A line whose messages are a delta on its attempt's previous line."""
+KEEP_AFTER_SEC = 0.05
+"""How long after an answer its line is written (`CallRecorder.keep_soon`)."""
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
 
@@ -119,6 +122,16 @@ class AttemptKey:
 
     def describe(self) -> str:
         return f"row {self.row}, run {self.run}, call {self.call}"
+
+
+@dataclass(frozen=True)
+class _Unkept:
+    """An answered call whose line `keep_soon` has not written yet."""
+
+    key: AttemptKey
+    request: Mapping[str, Any]
+    response: Mapping[str, Any]
+    prepared: tuple[dict[str, Any], str] | None
 
 
 @dataclass(frozen=True)
@@ -312,8 +325,9 @@ class CallRecorder:
         self._latest: dict[tuple[int, int], tuple[str, list[Any]]] = {}
         """Per attempt (row, run): the digest and messages of the line written last for it,
         which the attempt's next call may be written as a delta on."""
-        self._unkept: deque[tuple[AttemptKey, Mapping[str, Any], str, Mapping[str, Any]]] = deque()
-        """Provider answers already sent back, their lines not yet written (`keep_soon`)."""
+        self._unkept: deque[_Unkept | tuple[int, int]] = deque()
+        """Provider answers already sent back, their lines not yet written (`keep_soon`), and
+        the attempts (row, run) forgotten after them, in order."""
         self.hits = 0
         """Calls answered from the record."""
         self.misses = 0
@@ -355,10 +369,13 @@ class CallRecorder:
 
     def forget(self, rollout_id: str) -> None:
         """Drop what is kept for `rollout_id` (its attempt is recorded or given up)."""
-        self.keep_queued()  # its last answer's line, if still queued, is written whole first
         attempt = self._attempts.pop(rollout_id, None)
         self._sequence.pop(rollout_id, None)
-        if attempt is not None:
+        if attempt is None:
+            return
+        if self._unkept:  # after its answers still queued, which may be deltas on each other
+            self._unkept.append(attempt)
+        else:
             self._latest.pop(attempt, None)
 
     # -- answers ---------------------------------------------------------------------------------
@@ -458,24 +475,31 @@ class CallRecorder:
     def keep_soon(
         self,
         key: AttemptKey,
-        normalised: Mapping[str, Any],
-        digest: str,
+        request: Mapping[str, Any],
         response: Mapping[str, Any],
+        *,
+        prepared: tuple[dict[str, Any], str] | None = None,
     ) -> None:
-        """`keep` a provider's answer once this turn of the event loop is over: the bridge
-        sends the answer to the rollout first, so copying, redacting and writing the line
-        (a tenth of a millisecond or more) is off the attempt's path to its next step. Lines
-        keep their order; `flush`, `close`, `forget` and `lookup` write what is queued first.
-        """
+        """`keep` a provider's answer `KEEP_AFTER_SEC` later, `prepare`-ing its `request`
+        then unless it was (`prepared`, by a lookup). Normalising, redacting, digesting and
+        writing take ~0.2 ms of the loop per call: at once, a wave of answers arriving
+        together (64 in flight, a provider's steady latency) would wait for each other's;
+        later, they fall in the wait for the next answers. Lines keep their order; `flush`,
+        `close` and `lookup` write what is queued first, and a crash loses at most those
+        lines (the record is a cache: its attempt runs again without it)."""
         if not self._unkept:
-            asyncio.get_running_loop().call_soon(self.keep_queued)
-        self._unkept.append((key, normalised, digest, response))
+            asyncio.get_running_loop().call_later(KEEP_AFTER_SEC, self.keep_queued)
+        self._unkept.append(_Unkept(key, request, response, prepared))
 
     def keep_queued(self) -> None:
         """Write the answers `keep_soon` queued, in order."""
         while self._unkept:
-            key, normalised, digest, response = self._unkept.popleft()
-            self.keep(key, normalised, digest, response, source="provider")
+            queued = self._unkept.popleft()
+            if isinstance(queued, tuple):  # an attempt forgotten after its queued answers
+                self._latest.pop(queued, None)
+                continue
+            normalised, digest = queued.prepared or self.prepare(queued.request)
+            self.keep(queued.key, normalised, digest, queued.response, source="provider")
 
     def flush(self) -> None:
         """Push what was written to the file (the run's end, a halt)."""

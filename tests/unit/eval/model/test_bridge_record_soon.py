@@ -1,7 +1,8 @@
 """The bridge writes a provider's answer to the call record after sending it (issue 30): the
-line waits for the event loop's next turn, and nothing of the record is lost or reordered by
-the wait: lines come out in the order the answers came, deltas chain as before, and a close,
-flush or forget in the same turn (a halt, an attempt given up) writes what is queued first."""
+line waits `KEEP_AFTER_SEC`, out of the way of the answers arriving with it, and nothing of the
+record is lost or reordered by the wait: lines come out in the order the answers came, deltas
+chain as before, a close or flush in the meantime (a halt) writes what is queued first, and an
+attempt forgotten meanwhile (given up, run again) starts whole again."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from osmosis.eval.model.bridge_record import AttemptKey, CallRecorder, read_record
+from osmosis.eval.model.bridge_record import (
+    KEEP_AFTER_SEC,
+    AttemptKey,
+    CallRecorder,
+    read_record,
+)
 
 MODEL = "openai/gpt-4o-mini"
 
@@ -28,30 +34,36 @@ def _conversation(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _queue(recorder: CallRecorder, rollout_id: str, turns: int) -> list[str]:
-    """Queue `turns` answered calls of one attempt, each extending the one before."""
+def _queue(recorder: CallRecorder, rollout_id: str, turns: int, first: int = 0) -> list[str]:
+    """Queue `turns` answered calls of one attempt, each extending the one before (the
+    first: a conversation of `first` turns)."""
     digests = []
-    for turn in range(turns):
+    for turn in range(first, first + turns):
         key = recorder.next_key(rollout_id)
         assert key is not None
-        normalised, digest = recorder.prepare({"messages": _conversation(turn)})
-        recorder.keep_soon(key, normalised, digest, _answer(f"answer {turn}"))
-        digests.append(digest)
+        request = {"messages": _conversation(turn)}
+        recorder.keep_soon(key, request, _answer(f"answer {turn}"))
+        digests.append(recorder.prepare(request)[1])
     return digests
 
 
-def test_queued_answers_are_written_on_the_next_turn_in_order_as_deltas(tmp_path: Path) -> None:
+def test_queued_answers_are_written_a_moment_later_in_order_as_deltas(tmp_path: Path) -> None:
     path = tmp_path / "model_calls.jsonl"
     recorder = CallRecorder(path, model=MODEL)
     recorder.assign("r1", row=4, run=0)
 
-    async def main() -> int:
+    async def main() -> tuple[int, int, int]:
         _queue(recorder, "r1", 3)
         written_at_once = recorder.written
         await asyncio.sleep(0)
-        return written_at_once
+        next_turn = recorder.written
+        await asyncio.sleep(KEEP_AFTER_SEC * 3)
+        recorder.flush()  # the file's buffer: what the timer wrote is in it
+        return written_at_once, next_turn, len(path.read_text().splitlines())
 
-    assert asyncio.run(main()) == 0  # nothing in the way of the answer going out
+    # Nothing in the way of the answers going out, nor of the others arriving with them;
+    # then every line, without a close.
+    assert asyncio.run(main()) == (0, 0, 3)
     recorder.close()
     calls = list(read_record(path))
     assert [call.key for call in calls] == [AttemptKey(4, 0, n) for n in range(3)]
@@ -98,3 +110,23 @@ def test_a_forgotten_attempt_keeps_its_queued_answer_and_starts_whole_again(
     lines = path.read_text().splitlines()
     assert len(lines) == 3
     assert ['"delta"' in line for line in lines] == [False, False, True]
+
+
+def test_an_attempt_forgotten_while_its_answers_wait_starts_whole_when_run_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "model_calls.jsonl"
+    recorder = CallRecorder(path, model=MODEL)  # `off`: no lookup writes the queue early
+
+    async def main() -> None:
+        recorder.assign("r1", row=2, run=0)
+        _queue(recorder, "r1", 2)
+        recorder.forget("r1")  # given up before its lines are written
+        recorder.assign("r2", row=2, run=0)  # the same attempt, run again
+        _queue(recorder, "r2", 2, first=2)  # extending what r1 sent: still not a delta on it
+        await asyncio.sleep(KEEP_AFTER_SEC * 3)
+
+    asyncio.run(main())
+    recorder.close()
+    lines = path.read_text().splitlines()
+    assert ['"delta"' in line for line in lines] == [False, True, False, True]
