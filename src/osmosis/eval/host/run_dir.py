@@ -38,13 +38,13 @@ import threading
 import uuid
 from array import array
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from osmosis.eval.errors import HostError
+from osmosis.eval.host.batch_thread import BatchThread
 from osmosis.eval.host.group_commit import GroupCommit
 from osmosis.eval.results.official_layout import mirror_trial
 from osmosis.eval.results.records import AttemptRecord, FinishedAttempt, index_row, journal_entry
@@ -67,6 +67,8 @@ from osmosis.vocabulary import ATTEMPT_STATUSES, AttemptStatus
 _STATUSES: tuple[AttemptStatus | None, ...] = (None, *ATTEMPT_STATUSES)
 MANIFEST_SCHEMA_VERSION = 1
 STATE_SCHEMA_VERSION = 1
+# How long after an attempt is written its `rollout_trials/` entry is made (`BatchThread`).
+MIRROR_AFTER_SEC = 0.05
 
 
 class RunLocked(HostError):
@@ -139,8 +141,7 @@ class RunDirectory:
         # `rollout_trials/` in the official layout is filled off the commit path: its file
         # operations on the writer thread cost a third of the dispatch rate at 0 ms latency
         # (631 vs 995 attempts/s). Complete once the run directory is closed.
-        self._mirrors: ThreadPoolExecutor | None = None
-        self._mirrored: Future[None] | None = None
+        self._mirrors = BatchThread(f"mirror-{self.name}", delay=MIRROR_AFTER_SEC)
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
@@ -265,14 +266,13 @@ class RunDirectory:
         record, offset = self._write(attempt)
         self._commit()
         self._index(record, offset)
-        if self._mirrored is not None:
-            self._mirrored.result()  # its `rollout_trials/` entry too, before returning
+        if self.official_trials:
+            self._mirrors.wait()  # its `rollout_trials/` entry too, before returning
 
     def _mirror(self, record: AttemptRecord, **files: Any) -> None:
         """Queue the attempt's `rollout_trials/<rollout_id>/` (`mirror_trial`) on the mirror
-        thread; a failure there is logged, never the attempt's."""
-        if self._mirrors is None:
-            self._mirrors = ThreadPoolExecutor(1, thread_name_prefix=f"mirror-{self.name}")
+        thread (`BatchThread`: in the gap after a wave of attempts); a failure there is
+        logged, never the attempt's."""
 
         def mirror() -> None:
             try:
@@ -280,7 +280,7 @@ class RunDirectory:
             except OSError as error:
                 self.log(f"rollout_trials/{record.rollout_id}: not filled ({error})")
 
-        self._mirrored = self._mirrors.submit(mirror)
+        self._mirrors.submit(mirror)
 
     def _write(self, attempt: FinishedAttempt) -> tuple[AttemptRecord, int]:
         """Its trajectory and artifacts first, then its journal line (not yet fsynced): a crash
@@ -300,8 +300,7 @@ class RunDirectory:
                 # A slot recorded again (a retry): the earlier attempt's rollout_trials/
                 # entry is a link to this file, and keeps its own bytes: made first if the
                 # mirror thread (one, in order) has not got to it yet.
-                if self._mirrored is not None:
-                    self._mirrored.result()
+                self._mirrors.wait()
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             # No fsync of its own: the journal's fsync is the commit point (module doc).
@@ -428,9 +427,7 @@ class RunDirectory:
 
     def close(self) -> None:
         self._writer.close()  # what is queued is written and committed first
-        if self._mirrors is not None:
-            self._mirrors.shutdown(wait=True)  # and every rollout_trials/ entry is there
-            self._mirrors = None
+        self._mirrors.close()  # and every rollout_trials/ entry is there
         for handle in (self._journal, self._log, self._lock):
             if handle is not None:
                 handle.close()
