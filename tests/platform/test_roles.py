@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -334,6 +335,28 @@ def test_an_api_and_a_worker_process_share_one_sqlite_home(tmp_path, fake_model)
 
 
 @pytest.mark.timeout(300)  # a lease must run out while a run goes on
+def freeze_between_writes(pid: int, database: Path) -> None:
+    """SIGSTOP `pid` at a moment it holds no write lock of the SQLite file `database`.
+
+    A process frozen inside a write (a heartbeat takes a few milliseconds) stops every
+    writer until it goes on: SQLite's one limit, which the docs name, not what a test of
+    leases is about. Frozen while another connection waits for the lock, it holds none.
+    """
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(database, timeout=0.5, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # frozen inside a write: let it finish first
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError(f"process {pid} held the database's write lock 50 times in a row")
+
+
 def test_a_frozen_worker_loses_its_run_and_cannot_end_it_after_another_took_over(
     tmp_path, fake_model
 ):
@@ -372,7 +395,7 @@ def test_a_frozen_worker_loses_its_run_and_cannot_end_it_after_another_took_over
             )
             frozen = holder["pid"]
             second = next(w for w in workers if w.pid != frozen)
-            os.kill(frozen, signal.SIGSTOP)
+            freeze_between_writes(frozen, tmp_path / "platform.db")
 
             detail = finished(client, created.id, timeout=180)
             assert detail.eval_run.status == "finished", detail.eval_run.error
