@@ -43,6 +43,7 @@ from tests.platform.eval_world import (
     recorded_at_least,
     submit,
     upload_dataset,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -418,4 +419,50 @@ def test_a_frozen_worker_loses_its_run_and_cannot_end_it_after_another_took_over
         if frozen is not None:
             os.kill(frozen, signal.SIGCONT)
         for member in (api, *workers):
+            member.stop()
+
+
+def test_a_stop_reaches_a_running_run_whose_scheduler_is_frozen(tmp_path, fake_model):
+    # The worker process holding the run is frozen (SIGSTOP) once its run's worker dispatches
+    # rows that hang: its scheduler can send no SIGTERM. The run's worker reads the stop
+    # flag itself and ends the run `stopped` long before the lease or the agents' deadline.
+    process = team(
+        tmp_path,
+        fake_model,
+        OSMOSIS_DATABASE_URL=f"sqlite:///{tmp_path / 'platform.db'}",
+        OSMOSIS_BLOB_DIR=str(tmp_path / "shared"),
+        OSMOSIS_BLOB_SHARED="1",
+        OSMOSIS_SECRET_KEY=Fernet.generate_key().decode(),
+        OSMOSIS_SANDBOX="off",
+        OSMOSIS_LEASE_S="120",
+    )
+    (tmp_path / "shared").mkdir()
+    api, worker = process("api", "api"), process("w1", "worker")
+    assert osmosis("server", "migrate", env=api.env).returncode == 0
+    frozen: int | None = None
+    try:
+        for member in (api, worker):
+            member.start()
+        token = json.loads((api.home / "credentials.json").read_text())["token"]
+        repo = make_repo(tmp_path / "ws", [row("hang", a, 3) for a in range(2, 6)], limit=4)
+        upload_dataset(api, repo, token=token)  # type: ignore[arg-type]
+        with PlatformClient(api.url, token=token, timeout=60) as client:
+            created = submit(client, repo)
+            wait_for(
+                client,
+                created.id,
+                lambda d: any("dispatching" in line for line in all_logs(client, d.eval_run.id)),
+                what="the run's dispatch",
+            )
+            freeze_between_writes(worker.pid, tmp_path / "platform.db")
+            frozen = worker.pid
+            began = time.monotonic()
+            client.runs.stop(created.id)
+            detail = finished(client, created.id, timeout=25)  # the agents' deadline is 30 s
+            assert detail.eval_run.status == "stopped", detail.eval_run.error
+            assert time.monotonic() - began < 15
+    finally:
+        if frozen is not None:
+            os.kill(frozen, signal.SIGCONT)
+        for member in (api, worker):
             member.stop()

@@ -33,8 +33,10 @@ decides what is recorded, and any worker that takes the run over later resumes f
 - The adaptive limit on model calls in flight per provider key is shared with every other
   worker through the database (`model_limits`), unless `OSMOSIS_SHARED_MODEL_LIMITS=off`.
 - SIGTERM (a requested stop) cancels the engine, which writes the outputs for what finished;
-  the run ends `stopped`. A server shutting down SIGKILLs its workers instead, so the run
-  stays `running` with its unfinished attempts pending, and the next start resumes it.
+  the run ends `stopped`. The worker also reads its run's stop flag every `STOP_POLL_SEC`
+  and cancels itself the same way, so a stop reaches the run even if the signal does not.
+  A server shutting down SIGKILLs its workers instead, so the run stays `running` with its
+  unfinished attempts pending, and the next start resumes it.
 - `run_worker --warm` is the scheduler's spare: it imports the engine ahead of any run, and
   probes the sandbox and compiles its shim (`_warm_sandbox`), then
   reads `<run_id> <epoch>` on stdin and runs that run as above (`_warm_main`). Once the run's
@@ -68,6 +70,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, update
+from sqlalchemy import select as select_rows  # `select` is the standard library's here
 from sqlalchemy.orm import Session
 
 from osmosis.eval.errors import HostError, describe
@@ -280,6 +283,8 @@ def _warm_sandbox() -> None:
 
 
 _SPARE_WAIT_SEC = 5.0
+# How often a running run's worker reads its stop flag (`_Worker.watching_stop`).
+STOP_POLL_SEC = 1.0
 
 
 @dataclass
@@ -602,6 +607,39 @@ class _Worker:
                     await task
 
     @contextlib.asynccontextmanager
+    async def watching_stop(self) -> AsyncIterator[None]:
+        """Cancel the body's task, as the scheduler's SIGTERM does, once the run's stop flag is
+        set under this worker's claim: a stop reaches the run within `STOP_POLL_SEC` even
+        when that signal does not (CI once saw a run go on to its end after a stop)."""
+        body = asyncio.current_task()
+        assert body is not None
+        running = True
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(STOP_POLL_SEC)
+                if await asyncio.to_thread(self._stop_requested) and running:
+                    body.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield
+        finally:
+            running = False  # no cancel once the body is over: its end is written as it is
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    def _stop_requested(self) -> bool:
+        with self.sessions() as db:
+            return bool(
+                db.scalar(
+                    select_rows(EvalRun.stop_requested).where(*holds(self.run_id, self.epoch))
+                )
+            )
+
+    @contextlib.asynccontextmanager
     async def sharing_limits(self) -> AsyncIterator[None]:
         """Share the adaptive model limits with every other worker through the database
         (`model_limits`), unless OSMOSIS_SHARED_MODEL_LIMITS=off."""
@@ -732,7 +770,12 @@ class _Worker:
             return self._failed(describe(error))
         self._set_total(plan.total_work_items, plan.selection.total_rows)
         try:
-            async with sink.flushing(), self.publishing(), self.sharing_limits():
+            async with (
+                sink.flushing(),
+                self.publishing(),
+                self.sharing_limits(),
+                self.watching_stop(),
+            ):
                 report = await run_evaluation(
                     plan,
                     sink,
