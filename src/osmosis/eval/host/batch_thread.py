@@ -3,7 +3,7 @@
     later = BatchThread("mirror-run", delay=0.05)
     later.submit(lambda: mirror_trial(...))   # returns at once
     later.wait()                              # every job submitted so far has run (no delay)
-    later.close()                             # the same, then the thread ends
+    later.close()                             # the same, then the thread ends (never raises)
 
 Handing each job to a thread on its own costs the submitter a future and the thread a wake-up
 per job, each taking the GIL from the event loop. Here the first job of a batch wakes the
@@ -53,9 +53,12 @@ class BatchThread:
             running.result()
 
     def close(self) -> None:
-        """`wait`, then end the thread. Idempotent; a later `submit` starts a new one."""
-        self.wait()
+        """Run every job submitted so far, then end the thread; a job's error is `wait`'s to
+        raise, not this (a run directory closes whatever its mirror did). Idempotent; a later
+        `submit` starts a new thread."""
         with self._lock:
+            if self._draining:
+                self._hurry.set()
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)

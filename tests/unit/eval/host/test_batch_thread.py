@@ -58,5 +58,6 @@ def test_a_failing_job_is_raised_by_wait_and_the_jobs_after_it_still_run() -> No
         later.wait()
     assert ran == ["before", "after"]
     later.submit(lambda: ran.append("next batch"))
-    later.close()
+    later.submit(fail)
+    later.close()  # a run directory closes whatever its mirror did
     assert ran == ["before", "after", "next batch"]
