@@ -512,7 +512,7 @@ async def _main(
     assert task is not None
     loop = asyncio.get_running_loop()
     # Until this line a SIGTERM kills us outright; the scheduler then settles the run's status.
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    loop.add_signal_handler(signal.SIGTERM, worker.stop, task)
     try:
         await worker.run()
     except asyncio.CancelledError:
@@ -553,6 +553,7 @@ class _Worker:
         store = open_store(settings)
         self.store = store if isinstance(store, ObjectBlobStore) else None
         self.publisher: RunPublisher | None = None
+        self._stopping = False  # `stop` cancelled the run
 
     def log(self, message: str, *, level: str = "info") -> None:
         try:
@@ -619,7 +620,7 @@ class _Worker:
             while True:
                 await asyncio.sleep(STOP_POLL_SEC)
                 if await asyncio.to_thread(self._stop_requested) and running:
-                    body.cancel()
+                    self.stop(body)
                     return
 
         watcher = asyncio.create_task(watch())
@@ -630,6 +631,14 @@ class _Worker:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+    def stop(self, task: asyncio.Task[Any]) -> None:
+        """Cancel `task`, the run's, once: the scheduler's SIGTERM and this worker's own look
+        at the stop flag (`watching_stop`) both come, and a second cancel would cut short the
+        outputs the first one's handling writes."""
+        if not self._stopping:
+            self._stopping = True
+            task.cancel()
 
     def _stop_requested(self) -> bool:
         with self.sessions() as db:
