@@ -283,8 +283,8 @@ def capacity_of(health: Mapping[str, object]) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-__all__ = ["DEFAULT_MAX_RESTARTS", "LocalEndpoint", "LocalProcessSite", "capacity_of"]
-
-
 def _nothing() -> None:
     pass
+
+
+__all__ = ["DEFAULT_MAX_RESTARTS", "LocalEndpoint", "LocalProcessSite", "capacity_of"]
