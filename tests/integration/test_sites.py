@@ -263,13 +263,17 @@ async def test_stopping_the_site_while_replicas_start_leaves_no_process(tmp_path
     workspace(tmp_path)
     run = RunDirectory.open(tmp_path / "run", slots=Slots(rows=1, n=1), inputs={}, provenance={})
     with run:
-        site = site_for(tmp_path, run)
-        starting = asyncio.create_task(site.start(replicas=3))
-        while len(pids(tmp_path)) < 3:  # noqa: ASYNC110 - every child runs its entrypoint
-            await asyncio.sleep(0.01)
-        starting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await starting
-        await site.stop()
+        # Each server sleeps a second after its pid is written: the cancel lands mid-start
+        # however slow this machine is (without it, a starved loop could see all three healthy).
+        site = site_for(tmp_path, run, env={"SLOW_START": "1.0"})
+        try:
+            starting = asyncio.create_task(site.start(replicas=3))
+            while len(pids(tmp_path)) < 3:  # noqa: ASYNC110 - every child runs its entrypoint
+                await asyncio.sleep(0.01)
+            starting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await starting
+        finally:
+            await site.stop()
     await asyncio.sleep(0.2)
     assert not any(alive(pid) for pid in pids(tmp_path))
