@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 # The longest the bridge's imports wait for the rollout server's spawn (`_policy`).
 SPAWN_WAIT_SEC = 0.5
+STOP_HALT = "stopped on request"
+"""The halt reason of a run whose `stop` event was set (`run_evaluation`)."""
 
 
 class Reporter(Protocol):
@@ -115,6 +117,7 @@ async def run_evaluation(
     *,
     site: SiteSpec | None = None,
     observer: RunObserver | None = None,
+    stop: asyncio.Event | None = None,
 ) -> RunReport:
     """Run (or resume) the planned evaluation to completion or to a halt.
 
@@ -127,6 +130,10 @@ async def run_evaluation(
 
     `observer`: told what the run does (`osmosis.eval.host.observe`: the platform worker's
     metrics); with OTEL_EXPORTER_OTLP_ENDPOINT set, the run's spans are told too (`tracing`).
+
+    `stop`: once set, the run halts (`STOP_HALT`): nothing more is dispatched and what is in
+    flight is cancelled and stays pending. A stop that holds even when the caller's
+    cancellation of this coroutine does not reach the engine (the platform's `eval stop`).
     """
     spec = default_site(plan.options) if site is None else site
     observer = Observers.of(observer, tracing.from_env())
@@ -192,7 +199,16 @@ async def run_evaluation(
         else:
             try:
                 outcome = await _dispatch(
-                    plan, run, redactor, reporter, pending, bridge_token, spec, report, observer
+                    plan,
+                    run,
+                    redactor,
+                    reporter,
+                    pending,
+                    bridge_token,
+                    spec,
+                    report,
+                    observer,
+                    stop,
                 )
             except asyncio.CancelledError:
                 # Ctrl-C: what finished is recorded; write the outputs for it, then stop.
@@ -227,6 +243,7 @@ async def _dispatch(
     spec: SiteSpec,
     report: RunReport,
     observer: RunObserver | None = None,
+    stop: asyncio.Event | None = None,
 ) -> EngineOutcome:
     # Imported here: each pulls in a server stack the planning half never needs.
     from osmosis.eval.sites.environment import prepare_environment_async
@@ -367,11 +384,16 @@ async def _dispatch(
         )
         if bridge.budget_exhausted.is_set():  # spent by earlier invocations: dispatch nothing
             engine.halt(bridge.budget_reason or "budget: spent")
-        budget_watch = asyncio.create_task(_halt_on_budget(bridge, engine))
+        if stop is not None and stop.is_set():  # stopped while starting: dispatch nothing
+            engine.halt(STOP_HALT)
+        watches = [asyncio.create_task(_halt_on_budget(bridge, engine))]
+        if stop is not None:
+            watches.append(asyncio.create_task(_halt_on_stop(stop, engine)))
         try:
             return await engine.run(_work_items(plan, run))
         finally:
-            await _cancelled(budget_watch)
+            for watch in watches:
+                await _cancelled(watch)
             _note_bridge(bridge, run, report)
             if recorder is not None and recorder.mode != "off":
                 # Also in metrics.json `eval_run.bridge`, over every invocation of the run:
@@ -436,6 +458,12 @@ async def _halt_on_budget(bridge: ModelBridge, engine: Engine) -> None:
     if not bridge.budget_exhausted.is_set():
         await bridge.budget_exhausted.wait()
     engine.halt(bridge.budget_reason or "budget: spent")
+
+
+async def _halt_on_stop(stop: asyncio.Event, engine: Engine) -> None:
+    """Halt the run once `stop` is set (also when it was before dispatch began)."""
+    await stop.wait()
+    engine.halt(STOP_HALT)
 
 
 def _import_policy_modules() -> None:
@@ -848,4 +876,4 @@ def _tee(run: RunDirectory, reporter: Reporter) -> Callable[[str], None]:
     return log
 
 
-__all__ = ["Reporter", "RunFailed", "RunReport", "default_site", "run_evaluation"]
+__all__ = ["STOP_HALT", "Reporter", "RunFailed", "RunReport", "default_site", "run_evaluation"]

@@ -512,7 +512,7 @@ async def _main(
     assert task is not None
     loop = asyncio.get_running_loop()
     # Until this line a SIGTERM kills us outright; the scheduler then settles the run's status.
-    loop.add_signal_handler(signal.SIGTERM, worker.stop, task)
+    loop.add_signal_handler(signal.SIGTERM, worker.stop, task, "SIGTERM")
     try:
         await worker.run()
     except asyncio.CancelledError:
@@ -554,6 +554,9 @@ class _Worker:
         self.store = store if isinstance(store, ObjectBlobStore) else None
         self.publisher: RunPublisher | None = None
         self._stopping = False  # `stop` cancelled the run
+        self.stop_event = asyncio.Event()
+        """Set by `stop`: the run's engine halts on it (`run_evaluation(stop=)`) even when the
+        cancellation does not reach it."""
 
     def log(self, message: str, *, level: str = "info") -> None:
         try:
@@ -620,7 +623,7 @@ class _Worker:
             while True:
                 await asyncio.sleep(STOP_POLL_SEC)
                 if await asyncio.to_thread(self._stop_requested) and running:
-                    self.stop(body)
+                    self.stop(body, "the run's stop flag is set")
                     return
 
         watcher = asyncio.create_task(watch())
@@ -632,13 +635,17 @@ class _Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
-    def stop(self, task: asyncio.Task[Any]) -> None:
+    def stop(self, task: asyncio.Task[Any], how: str) -> None:
         """Cancel `task`, the run's, once: the scheduler's SIGTERM and this worker's own look
         at the stop flag (`watching_stop`) both come, and a second cancel would cut short the
-        outputs the first one's handling writes."""
+        outputs the first one's handling writes. `stop_event` is set too: the engine halts
+        on it even if the cancellation is lost on its way (twice in CI, a stopped run went
+        on to its end; the cause is not found). `how`: what asked, for the run's log."""
         if not self._stopping:
             self._stopping = True
+            self.stop_event.set()
             task.cancel()
+            self.log(f"stopping ({how})")
 
     def _stop_requested(self) -> bool:
         with self.sessions() as db:
@@ -790,6 +797,7 @@ class _Worker:
                     sink,
                     site=self._rollout_site(run),
                     observer=figures_from_env(),
+                    stop=self.stop_event,
                 )
         except RunLocked:
             # The run's previous worker is still winding down (or is cut off from the
@@ -800,6 +808,8 @@ class _Worker:
         except HostError as error:  # the user's to fix, in the words `eval run` uses
             return self._failed(describe(error))
         self._set_resumed(report.resumed)
+        if self._stopping:  # halted on `stop_event`: the cancellation did not come through
+            return self._stopped()
         if report.status == "finished":
             return _Outcome("finished")
         pending = report.total_work_items - report.resumed - report.dispatched
@@ -1023,14 +1033,22 @@ class _Worker:
         else sent it) the run is left as it is; the scheduler settles it."""
         if not self.claimed:
             return
+        outcome = self._stopped()
+        if outcome.status == "stopped":
+            self._finish(outcome)
+
+    def _stopped(self) -> _Outcome:
+        """What a run whose worker was stopped becomes: `stopped` when its stop was requested
+        under this claim; else (a SIGTERM from someone else) left running, for the scheduler
+        to settle."""
         with self.sessions() as db:
             run = db.get(EvalRun, self.run_id)
             stop = run is not None and run.stop_requested and run.lease_epoch == self.epoch
         if stop:
             self.log("stopped on request; the attempts that finished are kept", level="warning")
-            self._finish(_Outcome("stopped", "stopped on request"))
-        else:
-            self.log("the worker was terminated without a stop request", level="warning")
+            return _Outcome("stopped", "stopped on request")
+        self.log("the worker was terminated without a stop request", level="warning")
+        return _Outcome("left running")
 
     def _finish(self, outcome: _Outcome) -> None:
         # Moved aside before the run is seen ending (a retry at once starts a worker that
