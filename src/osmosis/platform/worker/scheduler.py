@@ -432,6 +432,12 @@ class Scheduler:
             elif run_id in state.stop_requested and not run.stop_sent:
                 run.stop_sent = True
                 if run.worker is not None and run.worker.poll() is None:
+                    # Said in our log: which side of a lost stop dropped it (see run_worker).
+                    logger.info(
+                        "eval run %s: stop requested, SIGTERM to its worker %s",
+                        run_id,
+                        run.worker.pid,
+                    )
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(run.worker.pid, signal.SIGTERM)
         self._fence_stale(now)
