@@ -553,10 +553,9 @@ class _Worker:
         store = open_store(settings)
         self.store = store if isinstance(store, ObjectBlobStore) else None
         self.publisher: RunPublisher | None = None
-        self._stopping = False  # `stop` cancelled the run
         self.stop_event = asyncio.Event()
-        """Set by `stop`: the run's engine halts on it (`run_evaluation(stop=)`) even when the
-        cancellation does not reach it."""
+        """Set by `stop`, which has then cancelled the run: its engine halts on it
+        (`run_evaluation(stop=)`) even when the cancellation does not reach it."""
 
     def log(self, message: str, *, level: str = "info") -> None:
         try:
@@ -641,8 +640,7 @@ class _Worker:
         outputs the first one's handling writes. `stop_event` is set too: the engine halts
         on it even if the cancellation is lost on its way (twice in CI, a stopped run went
         on to its end; the cause is not found). `how`: what asked, for the run's log."""
-        if not self._stopping:
-            self._stopping = True
+        if not self.stop_event.is_set():
             self.stop_event.set()
             task.cancel()
             self.log(f"stopping ({how})")
@@ -808,7 +806,7 @@ class _Worker:
         except HostError as error:  # the user's to fix, in the words `eval run` uses
             return self._failed(describe(error))
         self._set_resumed(report.resumed)
-        if self._stopping:  # halted on `stop_event`: the cancellation did not come through
+        if self.stop_event.is_set():  # halted on it: the cancellation did not come through
             return self._stopped()
         if report.status == "finished":
             return _Outcome("finished")
@@ -1041,10 +1039,7 @@ class _Worker:
         """What a run whose worker was stopped becomes: `stopped` when its stop was requested
         under this claim; else (a SIGTERM from someone else) left running, for the scheduler
         to settle."""
-        with self.sessions() as db:
-            run = db.get(EvalRun, self.run_id)
-            stop = run is not None and run.stop_requested and run.lease_epoch == self.epoch
-        if stop:
+        if self._stop_requested():
             self.log("stopped on request; the attempts that finished are kept", level="warning")
             return _Outcome("stopped", "stopped on request")
         self.log("the worker was terminated without a stop request", level="warning")
