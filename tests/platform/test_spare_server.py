@@ -30,7 +30,7 @@ from tests.platform.eval_world import (
     submit,
     upload_dataset,
 )
-from tests.platform.test_warm_worker import a_spare
+from tests.platform.test_warm_worker import a_spare, worker_log
 
 pytestmark = pytest.mark.slow
 
@@ -197,3 +197,103 @@ def test_a_killed_spare_worker_leaves_no_server_and_the_next_one_sweeps_its_file
     finally:
         server.stop()
     assert not [*server.home.glob("checkouts/.spare-*"), *server.home.glob("runs/.spare-*")]
+
+
+# A rollout whose environment never finishes building: its in-tree backend sleeps.
+STALLING_PYPROJECT = """\
+[project]
+name = "scripted"
+version = "0.1"
+requires-python = ">=3.11"
+dynamic = ["dependencies"]
+
+[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+"""
+STALLING_BACKEND = """\
+import time
+
+
+def _stall(*args, **kwargs):
+    time.sleep(600)
+
+
+get_requires_for_build_wheel = lambda config_settings=None: []
+prepare_metadata_for_build_wheel = _stall
+build_wheel = _stall
+"""
+
+
+def building(client, run: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 120
+    while "building in the sandbox" not in log_of(client, run):
+        assert time.monotonic() < deadline, log_of(client, run)
+        time.sleep(0.2)
+
+
+def waits_on_a_build_lock(pid: int, envs: Path, *, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            held = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            held = []
+        if any(link.startswith(str(envs)) and link.endswith(".lock") for link in held):
+            return
+        assert time.monotonic() < deadline, f"spare {pid} never waited for the build"
+        time.sleep(0.1)
+
+
+def test_a_spare_never_builds_an_environment_and_stops_waiting_for_one_when_a_claim_comes(
+    tmp_path, fake_model
+):
+    """A build is the run's, shown in its log: the spare mirroring a run whose build was
+    stopped builds nothing, and one waiting for a run's build takes the next claim at once."""
+    server = Server.start(tmp_path / "platform", fake_model, OSMOSIS_RUNS_PER_USER="2")
+    envs = server.home / "envs"
+    try:
+        stuck, quick = repo_in(tmp_path / "stuck"), repo_in(tmp_path / "quick")
+        rollout = stuck.tree / "rollouts" / "scripted"
+        (rollout / "pyproject.toml").write_text(STALLING_PYPROJECT)
+        (rollout / "backend.py").write_text(STALLING_BACKEND)
+        stuck.push("a build that never ends")
+        with server.client() as client:
+            for repo in (stuck, quick):
+                upload_dataset(server, repo)
+                client.secrets.set(git=repo.git, name="API_TOKEN", value="one", scope="workspace")
+
+            # Stopped while it builds: the spare that mirrors it builds nothing in its place.
+            first = submit(client, stuck)
+            building(client, first.id)
+            client.runs.stop(first.id)
+            assert finished(client, first.id).eval_run.status == "stopped"
+            spare_log = server.home / "logs" / "workers" / "spare.log"
+            deadline = time.monotonic() + 60
+            while "is not built" not in (spare_log.read_text() if spare_log.exists() else ""):
+                assert time.monotonic() < deadline, "the spare said nothing of the build"
+                time.sleep(0.2)
+            said = spare_log.read_text()
+            assert "no spare rollout server: rollout 'scripted': reusing its environment" in said
+            assert not list(envs.glob(".build-*"))  # and nothing half-built is there
+
+            # Building again: the next spare mirrors it and waits for its build, until the
+            # quick run comes, which it takes at once instead of after the build.
+            again = submit(client, stuck)
+            building(client, again.id)
+            waiting = a_spare(server.home)
+            waits_on_a_build_lock(waiting, envs)
+            started = time.monotonic()
+            other = submit(client, quick)
+            assert finished(client, other.id).eval_run.status == "finished"
+            assert time.monotonic() - started < 60  # the build would take 600 s
+            assert f"warm worker {waiting} " in worker_log(server, other.id)
+            said = spare_log.read_text()
+            assert "no spare rollout server: rollout 'scripted': waiting for another build" in said
+            assert client.runs.get(again.id).eval_run.status == "running"
+            client.runs.stop(again.id)
+            assert finished(client, again.id).eval_run.status == "stopped"
+        assert not list(envs.glob(".build-*"))
+    finally:
+        server.stop()

@@ -137,6 +137,14 @@ class RolloutEnvironmentError(HostError):
         super().__init__(message)
 
 
+class EnvironmentNotBuilt(RolloutEnvironmentError):
+    """`prepare_environment(build=False)` found no venv for the rollout, cached or in the
+    making: a caller that may only reuse one (a spare server) builds nothing."""
+
+    def __init__(self, rollout: str, key: str) -> None:
+        super().__init__(rollout, "reusing its environment", f"{key[:12]} is not built")
+
+
 class BuildInputLinkError(RolloutEnvironmentError):
     """A file the environment build reads is a symbolic link: refused before uv runs, so no
     host file it points to is ever read, built from or quoted. `path` is the link, relative
@@ -218,12 +226,15 @@ def prepare_environment(
     scope: str | None = None,
     checkout: Path | None = None,
     sandbox: BuildSandbox | None = None,
+    build: bool = True,
 ) -> RolloutEnvironment:
     """Return the environment to run the rollout in `rollout_dir`, building it if needed.
     `scope` (the workspace) is part of the venv's key: venvs are never shared across scopes.
     `checkout`: the repository root, against which errors name the rollout's files.
     `sandbox`: run uv (and so the rollout's build backend) in the build jail
     (`sites.sandbox.build`), with a uv cache of the scope's own; None: on the host.
+    `build=False`: only a cached venv, or one another process is building (waited for);
+    `EnvironmentNotBuilt` when there is neither.
 
     env = prepare_environment(Path("rollouts/multiply"), cache_root=home / "envs", log=print)
     env.kind, env.sdk  # ('uv', 'osmosis') for a rollout with a pyproject.toml
@@ -269,6 +280,8 @@ def prepare_environment(
         if _is_ready(final):  # another run built it while we waited for the lock
             log(f"→ reusing cached environment {key[:12]} ({described})")
             return _environment(final, key, sdk)
+        if not build:
+            raise EnvironmentNotBuilt(name, key)
         log(f"→ syncing rollout dependencies ({described}) into environment {key[:12]}")
         started = time.monotonic()
         _build(
@@ -971,6 +984,7 @@ def _uv_find_python(spec: SpecifierSet) -> Interpreter | None:
 
 __all__ = [
     "BuildInputLinkError",
+    "EnvironmentNotBuilt",
     "Interpreter",
     "RolloutEnvironment",
     "RolloutEnvironmentError",

@@ -48,7 +48,9 @@ decides what is recorded, and any worker that takes the run over later resumes f
   `checkouts/.spare-<pid>`, the secrets resolved in memory. The next run takes that checkout
   when it is of its workspace, origin and commit (`_take_spare`), and its sandbox site adopts
   the server when the whole launch is its own (`sites.sandbox.spare`); else the spare is killed
-  and the run's log says what differed. The run then dispatches ~0.25 s sooner.
+  and the run's log says what differed. The run then dispatches ~0.25 s sooner. A spare
+  never builds the rollout's environment: it reuses the cached one, or waits for the run
+  building it (and gives up when a claim comes), so a build only ever shows in its run's log.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ import select
 import shutil
 import signal
 import sys
+import threading
 import traceback
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -351,11 +354,36 @@ def _stdin_readable() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _until_a_claim() -> Iterator[threading.Event]:
+    """An event set once stdin is readable: the scheduler wrote a claim, or closed it."""
+    claimed, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                readable = select.select([sys.stdin], [], [], 0.1)[0]
+            except (OSError, ValueError):
+                return
+            if readable:
+                claimed.set()
+                return
+
+    watcher = threading.Thread(target=watch, name="spare-claim-watch", daemon=True)
+    watcher.start()
+    try:
+        yield claimed
+    finally:
+        done.set()
+        watcher.join()
+
+
 def _start_spare(mirrored: str) -> _SpareRun | None:
-    """A warm worker started after run `mirrored` ended: prepare that run's sandboxed server
-    for the next claim, which adopts it only if it would make exactly the same one. None when
-    there is nothing to mirror, the setting or the sandbox is off, or it cannot be started
-    (said on stderr, the spare's log: the next run starts its own server as it always did)."""
+    """A warm worker started after run `mirrored` ended (or was handed out
+    `SPARE_HOLD_MAX_SEC` ago): prepare that run's sandboxed server for the next claim, which
+    adopts it only if it would make exactly the same one. None when there is nothing to
+    mirror, the setting or the sandbox is off, or it cannot be started (said on stderr, the
+    spare's log: the next run starts its own server as it always did)."""
     if not mirrored:
         return None
     try:
@@ -412,14 +440,19 @@ def _prepare_spare(settings: Settings, mirrored: str) -> _SpareRun | None:
                 config.secrets.required, file_values={}, environ=mirror._environ(run)
             )
             rollout_dir = config.rollout_dir(tree)
-            environment = prepare_environment(
-                rollout_dir,
-                cache_root=settings.home / "envs",
-                log=lambda _line: None,
-                scope=f"workspace:{run.workspace_id}",
-                checkout=tree,
-                sandbox=BuildSandbox.for_policy(spec.policy),
-            )
+            # Never built here: a build is the run's, in its own log. A spare mirroring a run
+            # still building waits for it, until a claim comes.
+            with _until_a_claim() as claimed:
+                environment = prepare_environment(
+                    rollout_dir,
+                    cache_root=settings.home / "envs",
+                    log=lambda _line: None,
+                    cancel=claimed,
+                    scope=f"workspace:{run.workspace_id}",
+                    checkout=tree,
+                    sandbox=BuildSandbox.for_policy(spec.policy),
+                    build=False,
+                )
             server = start_spare(
                 environment,
                 rollout_dir,
