@@ -123,7 +123,6 @@ class RunDirectory:
         self.slots = slots
         self.redactor = redactor or Redactor()
         self.redact: Callable[[str], str] = self.redactor.redact
-        self._short_secrets = bool(self.redactor.short_secrets)
         self.artifact_limits = artifact_limits
         self._offsets = array("q", [-1]) * slots.total
         self._resumed = bytearray(slots.total)  # 1 = recorded by an earlier invocation
@@ -291,7 +290,7 @@ class RunDirectory:
         document = attempt.trajectory
         if document is not None:
             data = dumps(document, default=str)
-            if not self._clean(data.decode()):  # a secret in it: redact it as data
+            if not self.redactor.clean_json(data.decode()):  # a secret in it: redact it as data
                 document = self.redactor.redact_obj(document)
                 data = dumps(document, default=str)
             path = self.path / "trajectories" / f"{stem}.json"
@@ -360,15 +359,7 @@ class RunDirectory:
 
     def _holds_no_secret(self, document: Any) -> bool:
         """True when no string of `document` (keys included) holds a secret."""
-        return self._clean(dumps(document, default=str).decode())
-
-    def _clean(self, text: str) -> bool:
-        """True when the JSON `text` of a document shows that none of its strings (keys
-        included) holds a secret: one scan instead of a walk over every string. JSON spells
-        every string in a way the redactor looks for (it knows the escaped spellings too); a
-        short secret's whole-token rule does not survive the escaping (`\\nab`), so with one
-        the walk decides."""
-        return not self._short_secrets and self.redact(text) is text
+        return self.redactor.clean_json(dumps(document, default=str).decode())
 
     def log(self, line: str) -> None:
         text = f"{_now()} {self.redact(line)}\n"

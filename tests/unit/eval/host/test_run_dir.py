@@ -136,6 +136,22 @@ def test_redaction_applies_to_the_journal_and_trajectories(tmp_path):
         assert [r.error_message for r in run.records()] == [None, "401 for key [REDACTED]"]
 
 
+@pytest.mark.parametrize("secret", ['pa"ss\\word-0123', "caf\u00e9-s3cret-0123"])
+def test_a_secret_in_its_escaped_spelling_never_reaches_a_trajectory(tmp_path, secret):
+    """An agent that logs a JSON dump of its environment puts the secret's escaped spelling in
+    its trajectory (`pa\\"ss`); the document's JSON escapes it once more. The one-scan check
+    before writing once took that document for clean and wrote the secret out."""
+    path = tmp_path / "evals" / "r1"
+    dumped = json.dumps({"PW": secret})  # the escaped spelling, as the agent logged it
+    with open_run(path, redactor=Redactor([secret])) as run:
+        leaked = attempt(0, 0)
+        leaked.trajectory["steps"] = [{"message": f"env: {dumped}"}]
+        run.record(leaked)
+    [written] = (path / "trajectories").iterdir()
+    steps = json.loads(written.read_text())["steps"]
+    assert steps == [{"message": 'env: {"PW": "[REDACTED]"}'}]
+
+
 def test_one_pass_over_the_journal_writes_the_same_index_and_none_when_it_fails(tmp_path):
     """`indexing`: index.jsonl written from the records a caller reads anyway (eval run's
     metrics pass), byte for byte what a second read would write; a pass that raises leaves

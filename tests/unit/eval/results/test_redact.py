@@ -13,6 +13,7 @@ from osmosis.eval.results.redact import (
     Redactor,
     sensitive_env_values,
 )
+from osmosis.rollout.jsonbytes import dumps
 
 
 @pytest.mark.parametrize(
@@ -108,6 +109,54 @@ def test_redact_obj_rebuilds_json_like_structures():
         "nested": {"list": ["x [REDACTED] y"]},
     }
     assert document["auth"] == "Bearer tok-1234"  # the input is left untouched
+
+
+# Secrets JSON escapes (a quote, a backslash, a newline, non-ASCII, beyond the BMP), long and
+# short, each in a document three ways: as itself, in its JSON-escaped spelling (a string that
+# holds a JSON dump of the environment), and as a key.
+TRICKY_SECRETS = [
+    'pa"ss\\word-1',
+    "line\nbreak-12",
+    "caf\u00e9-s3cret",
+    "k\U0001f511-secret",
+    'a"b',
+    "ab",
+]
+
+
+def holding(secret: str) -> list[object]:
+    escaped = json.dumps(secret)[1:-1]
+    return [
+        {"steps": [{"message": f"the key: {secret}."}]},
+        {"log": "env: " + json.dumps({"PW": secret}), "n": 1},
+        {"log": "env: " + json.dumps({"PW": secret}, ensure_ascii=False)},
+        {"notes": [f"quoted {escaped} here"]},
+        {secret: [1, 2.5, None, True]},
+    ]
+
+
+@pytest.mark.parametrize("secret", TRICKY_SECRETS)
+@pytest.mark.parametrize("encode", [json.dumps, lambda doc: dumps(doc).decode()])
+def test_the_json_text_of_a_document_never_looks_clean_when_a_string_holds_a_secret(secret, encode):
+    """`clean_json` lets writers skip the walk over every string; a document whose trajectory
+    held a quote-bearing secret in its escaped spelling once passed it, and was written with
+    the secret in it."""
+    redactor = Redactor([secret])
+    spellings = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    for document in holding(secret):
+        assert not redactor.clean_json(encode(document)), document
+        redacted = json.dumps(redactor.redact_obj(document), ensure_ascii=False)
+        assert PLACEHOLDER in redacted
+        assert not [s for s in spellings if len(s) >= SHORT_SECRET_LENGTH and s in redacted]
+
+
+def test_a_document_without_a_secret_comes_back_as_it_is():
+    redactor = Redactor(["sk-live-0123456789", "x"])
+    document = {"steps": [{"message": "nothing here", "tokens": 12}], "keys": ("a", "b")}
+    assert redactor.clean_json(json.dumps(document))
+    assert redactor.redact_obj(document) is document
+    odd = {("a", "tuple"): "sk-live-0123456789"}  # a key JSON cannot write: walked instead
+    assert redactor.redact_obj(odd) == {("a", "tuple"): PLACEHOLDER}
 
 
 def test_an_empty_redactor_is_falsy_and_a_no_op():
