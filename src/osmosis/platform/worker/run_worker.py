@@ -369,13 +369,11 @@ def _until_a_claim() -> Iterator[threading.Event]:
                 claimed.set()
                 return
 
-    watcher = threading.Thread(target=watch, name="spare-claim-watch", daemon=True)
-    watcher.start()
+    threading.Thread(target=watch, name="spare-claim-watch", daemon=True).start()
     try:
         yield claimed
     finally:
-        done.set()
-        watcher.join()
+        done.set()  # not joined: it ends at its next poll, and the spare's start goes on now
 
 
 def _start_spare(mirrored: str) -> _SpareRun | None:
