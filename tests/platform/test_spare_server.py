@@ -276,6 +276,7 @@ def test_a_spare_never_builds_an_environment_and_stops_waiting_for_one_when_a_cl
                 time.sleep(0.2)
             said = spare_log.read_text()
             assert "no spare rollout server: rollout 'scripted': reusing its environment" in said
+            assert "is not built (a run of this rollout builds it, in its own log)" in said
             assert not list(envs.glob(".build-*"))  # and nothing half-built is there
 
             # Building again: the next spare mirrors it and waits for its build, until the

@@ -141,6 +141,8 @@ class EnvironmentNotBuilt(RolloutEnvironmentError):
     """`prepare_environment(build=False)` found no venv for the rollout, cached or in the
     making: a caller that may only reuse one (a spare server) builds nothing."""
 
+    default_hint = "a run of this rollout builds it, in its own log"
+
     def __init__(self, rollout: str, key: str) -> None:
         super().__init__(rollout, "reusing its environment", f"{key[:12]} is not built")
 
