@@ -31,6 +31,7 @@ from osmosis.eval.engine import DEFAULT_OUTAGE_WAIT_SEC, Engine, EngineOutcome, 
 from osmosis.eval.errors import HostError
 from osmosis.eval.host import tracing
 from osmosis.eval.host.attempt_keys import KeyedSite
+from osmosis.eval.host.frozen_heap import frozen_heap
 from osmosis.eval.host.observe import (
     BridgeHooks,
     ObservedSink,
@@ -390,7 +391,8 @@ async def _dispatch(
         if stop is not None:
             watches.append(asyncio.create_task(_halt_on_stop(stop, engine)))
         try:
-            return await engine.run(_work_items(plan, run))
+            with frozen_heap():
+                return await engine.run(_work_items(plan, run))
         finally:
             for watch in watches:
                 await _cancelled(watch)
