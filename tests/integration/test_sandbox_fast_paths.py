@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import marshal
 import socket
 import subprocess
 import sys
@@ -23,9 +24,9 @@ import pytest
 import uvloop
 
 from osmosis.eval.model.bridge_http import AsgiServer
-from osmosis.eval.sites.sandbox import SandboxPolicy
+from osmosis.eval.sites.sandbox import SandboxPolicy, layout
 from osmosis.eval.sites.sandbox.launcher import SHIM_SOURCE
-from osmosis.eval.sites.sandbox.layout import compile_shim
+from osmosis.eval.sites.sandbox.layout import compile_shim, shim_bytecode, shim_cache_dir
 from osmosis.eval.sites.sandbox.network import BridgeForwarder
 from osmosis.eval.sites.sandbox.site import SandboxEndpoint
 from osmosis.eval.sites.sandbox.support import SandboxUnavailable
@@ -140,6 +141,38 @@ def test_the_shim_is_compiled_only_for_the_interpreter_that_runs_it(tmp_path):
     other.write_text("#!/bin/sh\n")
     assert compile_shim(SHIM_SOURCE, other, tmp_path / "other.pyc") == SHIM_SOURCE
     assert not (tmp_path / "other.pyc").exists()
+
+
+def test_the_compiled_shim_is_kept_between_runs_and_a_broken_copy_is_replaced(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(layout, "_compiled", {})  # as in a new process
+    compiled = shim_bytecode(SHIM_SOURCE)
+    [kept] = shim_cache_dir().glob("*.pyc")
+    assert kept.read_bytes() == compiled
+
+    # The next run reads the kept bytecode instead of compiling: put other (valid) bytecode
+    # in its place, and that is what it gets.
+    other = compiled[:16] + marshal.dumps(compile("raise SystemExit(7)", "x", "exec"))
+    kept.write_bytes(other)
+    monkeypatch.setattr(layout, "_compiled", {})
+    assert shim_bytecode(SHIM_SOURCE) == other
+
+    # Cut short or not bytecode at all: compiled again, and the copy is whole again.
+    for broken in (compiled[: len(compiled) // 2], b"not bytecode"):
+        kept.write_bytes(broken)
+        monkeypatch.setattr(layout, "_compiled", {})
+        assert shim_bytecode(SHIM_SOURCE) == compiled
+        assert kept.read_bytes() == compiled
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temporary file left
+
+    # A cache that cannot be written (a file where its folder would be) costs nothing more.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setattr(layout, "_compiled", {})
+    assert shim_bytecode(SHIM_SOURCE) == compiled
 
 
 def test_without_a_usable_bwrap_the_site_says_so_and_leaves_nothing_behind(tmp_path):
