@@ -18,14 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from osmosis.user_cache import user_cache_dir
+
 if TYPE_CHECKING:
     from osmosis.eval.host.plan import DatasetNotFound, RunOptions
 
 
 def dataset_cache_root(environ: Mapping[str, str]) -> Path:
     """Where platform datasets are cached for local runs."""
-    base = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(base) / "osmosis" / "datasets"
+    return user_cache_dir(environ) / "datasets"
 
 
 def with_platform_dataset(

@@ -43,6 +43,7 @@ from osmosis.eval.sites.api import (
     RolloutServerUnavailable,
 )
 from osmosis.eval.sites.ray.ship import TrialFiles, TrialLimits, collect_trial
+from osmosis.user_cache import user_cache_dir
 
 Reply = tuple[Any, ...]
 """`("ok", value)` or `("fault", kind, message, extra)`."""
@@ -120,8 +121,7 @@ def raise_fault(reply: Reply) -> Any:
 
 def default_env_cache() -> Path:
     """Where a node keeps rollout venvs between runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "osmosis" / "envs"
+    return user_cache_dir() / "envs"
 
 
 class RolloutReplica:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from osmosis.eval.sites.sandbox.policy import NetworkMode
 from osmosis.eval.sites.sandbox.support import system_binds
+from osmosis.user_cache import user_cache_dir
 
 SANDBOX_HOME = "/home/rollout"
 SANDBOX_RUN = "/run/osmosis"
@@ -229,7 +230,7 @@ def runs_our_bytecode(python: Path) -> bool:
 
 def shim_bytecode(source: Path) -> bytes:
     """`source` compiled for this interpreter, as the bytes of a .pyc file: once per process
-    and version of the file, and kept between processes (`_SHIM_CACHE`)."""
+    and version of the file, and kept between processes (`shim_cache_dir`)."""
     info = source.stat()
     key = (source, info.st_mtime_ns, info.st_size)
     data = _compiled.get(key)
@@ -256,8 +257,7 @@ def shim_bytecode(source: Path) -> bytes:
 def shim_cache_dir() -> Path:
     """`$XDG_CACHE_HOME/osmosis/shim`: compiling the shim is 4-11 ms of a sandboxed run's
     start, before its rollout server can be spawned; reading it back is ~0.1 ms."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "osmosis" / "shim"
+    return user_cache_dir() / "shim"
 
 
 def _kept_bytecode(path: Path) -> bytes | None:
