@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import json
 import marshal
+import os
 import socket
 import subprocess
 import sys
@@ -166,6 +167,25 @@ def test_the_compiled_shim_is_kept_between_runs_and_a_broken_copy_is_replaced(
         assert shim_bytecode(SHIM_SOURCE) == compiled
         assert kept.read_bytes() == compiled
     assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temporary file left
+
+    # What another user could have put there is never run in a sandbox, even valid
+    # bytecode: writable by group or others, a link, or (as root, who can hand it over)
+    # another user's file. Each is compiled again and replaced by a file of our own.
+    planted = tmp_path / "planted.pyc"
+    planted.write_bytes(other)
+    untrusted = [lambda: kept.chmod(0o666), lambda: kept.chmod(0o620)]
+    untrusted.append(lambda: (kept.unlink(), kept.symlink_to(planted)))
+    if os.geteuid() == 0:
+        untrusted.append(lambda: os.chown(kept, 65534, 65534))
+    for make_untrusted in untrusted:
+        kept.unlink()
+        kept.write_bytes(other)
+        kept.chmod(0o600)
+        make_untrusted()
+        monkeypatch.setattr(layout, "_compiled", {})
+        assert shim_bytecode(SHIM_SOURCE) == compiled
+        assert not kept.is_symlink() and kept.read_bytes() == compiled
+        assert kept.stat().st_uid == os.geteuid() and kept.stat().st_mode & 0o077 == 0
 
     # A cache that cannot be written (a file where its folder would be) costs nothing more.
     blocked = tmp_path / "blocked"

@@ -34,6 +34,7 @@ import hashlib
 import importlib.util
 import marshal
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -262,11 +263,27 @@ def shim_cache_dir() -> Path:
 
 def _kept_bytecode(path: Path) -> bytes | None:
     """The cached .pyc at `path` if it is one this interpreter loads, else None (missing,
-    unreadable, cut short or not bytecode at all: compiled again and replaced)."""
+    unreadable, cut short or not bytecode at all: compiled again and replaced).
+
+    It runs in every sandbox, beside the rollout's secrets: a file another user could have
+    put or changed there (a link, not ours, writable by group or others; a shared
+    `XDG_CACHE_HOME`) is not trusted either."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return None
+        try:
+            data = handle.read()
+        except OSError:
+            return None
     if not data.startswith(importlib.util.MAGIC_NUMBER):
         return None
     try:
