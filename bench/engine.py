@@ -258,13 +258,20 @@ def run_engine(
     *,
     replicas: int = 1,
     rows: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> EngineRun:
-    """One `eval run` of `attempts` attempts (the first of `rows` rows, by default as many)."""
+    """One `eval run` of `attempts` attempts (the first of `rows` rows, by default as many);
+    `env`: variables set for it on top of this process's (bench/ab.py's PYTHONPATH)."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=scratch) as workdir:
         limit = attempts if rows is not None and rows > attempts else None
         config = make_workspace(Path(workdir), rows or attempts, limit)
-        env = {**os.environ, "OPENAI_API_BASE": model.base_url, "OPENAI_API_KEY": "sk-bench"}
+        variables = {
+            **os.environ,
+            **(env or {}),
+            "OPENAI_API_BASE": model.base_url,
+            "OPENAI_API_KEY": "sk-bench",
+        }
         command = [
             sys.executable,
             "-c",
@@ -273,7 +280,12 @@ def run_engine(
             *("--max-in-flight", str(concurrency), "--replicas", str(replicas)),
         ]
         process = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command,
+            cwd=workdir,
+            env=variables,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         journal = Path(workdir) / ".osmosis" / "evals" / "bench" / "events.jsonl"
         watch = Watch(process.pid, journal)
