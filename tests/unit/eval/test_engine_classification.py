@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
 
-from osmosis.eval.engine import RAMP_ADMISSIONS, EngineSettings
+from osmosis.eval import engine as engine_module
+from osmosis.eval.engine import RAMP_ADMISSIONS, RECORD_AFTER_SEC, EngineSettings
 from tests.unit.eval.engine_world import QUICK, MemorySink, MemorySite, World, evaluate, item
 
 TABLE = [
@@ -234,3 +236,43 @@ async def test_rollout_ids_are_fresh_32_hex_digits_in_every_run():
     assert all(re.fullmatch(r"[0-9a-f]{32}", rid) for rid in ids[0] | ids[1])
     assert len(ids[0]) == len(ids[1]) == 20
     assert not ids[0] & ids[1]
+
+
+class StoreTimes(MemorySink):
+    """Also keeps when each row's record reached the sink."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored_at: dict[int, datetime] = {}
+
+    async def store(self, attempt):
+        self.stored_at[attempt.record.row_index] = datetime.now(UTC)
+        await super().store(attempt)
+
+
+async def test_records_made_after_a_wave_keep_the_time_their_attempt_ended():
+    # Row 0 ends while row 1 is still in flight: its record is made RECORD_AFTER_SEC later
+    # (out of the wave of answers), yet says when the attempt ended, and it does not wait
+    # for row 1.
+    settings = EngineSettings(**{**QUICK.__dict__, "concurrency": 2})
+    sink = StoreTimes()
+    outcome, sink, _, _ = await evaluate(
+        [item(0, sleep=0.001), item(1, sleep=0.4)], sink=sink, settings=settings
+    )
+
+    assert outcome.recorded == 2
+    ended = {a.record.row_index: a.record.finished_at for a in sink.attempts}
+    waited = (sink.stored_at[0] - ended[0]).total_seconds()
+    assert waited >= RECORD_AFTER_SEC * 0.9  # timers may fire a hair early, never much
+    assert sink.stored_at[0] < ended[1]
+
+
+async def test_the_last_attempt_in_flight_is_recorded_without_waiting(monkeypatch):
+    # A one-row smoke test, and each run's last attempt, end as soon as they are stored.
+    monkeypatch.setattr(engine_module, "RECORD_AFTER_SEC", 30.0)
+    started = time.perf_counter()
+
+    outcome, sink, _, _ = await evaluate([item(0, sleep=0.001)])
+
+    assert outcome.recorded == 1 and len(sink.attempts) == 1
+    assert time.perf_counter() - started < 10.0

@@ -46,8 +46,10 @@ def classify(
     duration_ms: float,
     endpoint: str | None = None,
     node: str | None = None,
+    finished_at: datetime | None = None,
 ) -> AttemptRecord:
-    """Map a terminal rollout result to an attempt record, as the reference classifies it."""
+    """Map a terminal rollout result to an attempt record, as the reference classifies it.
+    `finished_at`: when the attempt ended (default: now)."""
     sample = result.sample
     error_type: str | None = None
     error_message: str | None = None
@@ -92,7 +94,7 @@ def classify(
         trajectory_filename="trajectory.json",
         endpoint=endpoint,
         node=node,
-        finished_at=datetime.now(UTC),
+        finished_at=finished_at or datetime.now(UTC),
     )
 
 
