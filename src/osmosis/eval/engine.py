@@ -355,7 +355,7 @@ class Engine:
             self._halt_reason is None
             and self._outage is None
             and self._in_flight < concurrency
-            and len(self._running) < 2 * concurrency
+            and len(self._running) < _running_bound(self.settings)
         ):
             solo = bool(self._requeued) and _key(self._requeued[0]) in self._suspects
             lane = self._pick(solo=solo)
@@ -542,13 +542,15 @@ class Engine:
 
     async def _record_time(self) -> None:
         """Return when this attempt's record is to be made: with the others that finished
-        within RECORD_AFTER_SEC of the first of them, or now if nothing is in flight."""
+        within RECORD_AFTER_SEC of the first of them; now if nothing is in flight, or if
+        `_fill` would dispatch no more (its bound on the attempts running or being
+        recorded): records waiting for their wave must not hold the next attempts back."""
         due = self._records_due
         if due is None:
             loop = asyncio.get_running_loop()
             due = self._records_due = loop.create_future()
             loop.call_later(RECORD_AFTER_SEC, self._records_now, due)
-        if self._in_flight == 0:
+        if self._in_flight == 0 or len(self._running) >= _running_bound(self.settings):
             self._records_now(due)
         await asyncio.shield(due)  # one attempt cancelled must not cancel the others' wait
 
@@ -857,6 +859,11 @@ class Engine:
 
 def _key(item: WorkItem) -> tuple[int, int]:
     return (item.row_index, item.run_index)
+
+
+def _running_bound(settings: EngineSettings) -> int:
+    """The most attempts running or being recorded at once (`Engine._fill`)."""
+    return 2 * settings.concurrency
 
 
 def _failure(

@@ -276,3 +276,20 @@ async def test_the_last_attempt_in_flight_is_recorded_without_waiting(monkeypatc
 
     assert outcome.recorded == 1 and len(sink.attempts) == 1
     assert time.perf_counter() - started < 10.0
+
+
+async def test_records_waiting_for_their_wave_never_hold_dispatch_back(monkeypatch):
+    # Row 0 runs 0.4 s; rows 1-20 a few ms each, on the other slot. Records "30 s later"
+    # are made as soon as waiting for them would stop the dispatch: the short rows all run
+    # while row 0 does, rather than queueing behind their own bookkeeping until it ends.
+    monkeypatch.setattr(engine_module, "RECORD_AFTER_SEC", 30.0)
+    settings = EngineSettings(**{**QUICK.__dict__, "concurrency": 2})
+
+    outcome, sink, _, _ = await evaluate(
+        [item(0, sleep=0.4), *(item(row, sleep=0.002) for row in range(1, 21))],
+        settings=settings,
+    )
+
+    assert outcome.recorded == 21
+    ended = {a.record.row_index: a.record.finished_at for a in sink.attempts}
+    assert all(ended[row] < ended[0] for row in range(1, 21))
