@@ -99,9 +99,11 @@ def worktree(revision: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="osmosis-ab-") as parent:
         tree = Path(parent) / "tree"
         git = ["git", "-C", str(repo)]
-        subprocess.run(
-            [*git, "worktree", "add", "--detach", "--quiet", str(tree), revision], check=True
+        added = subprocess.run(
+            [*git, "worktree", "add", "--detach", "--quiet", str(tree), revision], check=False
         )
+        if added.returncode != 0:  # git said why on stderr
+            raise SystemExit(f"bench/ab.py: cannot check out --against {revision!r}")
         try:
             subprocess.run(
                 [sys.executable, "-m", "compileall", "-q", str(tree / "src")],
