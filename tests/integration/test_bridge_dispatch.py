@@ -35,6 +35,7 @@ from osmosis.testing import FakeModelServer
 from tests.integration.conftest import serving
 from tests.integration.test_bridge import PLAIN, QUESTION, bridged, post
 from tests.integration.test_engine_faults import ServedEndpoint, ServedSite
+from tests.integration.test_rollout_process import eventually
 
 MiB = 1024 * 1024
 
@@ -101,7 +102,7 @@ async def test_a_call_answered_after_its_rollout_closed_is_counted_late_not_lost
     ):
         url = bridge.open_rollout("r1")
         waiting = asyncio.ensure_future(call(client, url, bridge.token))
-        await asyncio.sleep(0.1)  # the call is with the provider
+        await eventually(lambda: fake.stats().chat_completions == 1)  # with the provider
         bridge.close_rollout("r1")
         assert (await waiting).status_code == 200
     stats = bridge.stats()
