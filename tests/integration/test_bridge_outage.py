@@ -24,6 +24,7 @@ from osmosis.eval.model.providers import ModelTarget
 from osmosis.eval.model.retry import RetryPolicy
 from osmosis.testing import Fail, FakeModelServer, Rule
 from osmosis.testing.script import ChatRequest
+from tests.integration.test_rollout_process import eventually
 
 QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]
 FAST_RETRY = RetryPolicy(max_attempts=4, max_elapsed=5, initial_backoff=0.01, max_backoff=0.05)
@@ -51,6 +52,11 @@ async def chat(
 
 def is_probe(request: ChatRequest) -> bool:
     return request.body.get("max_tokens") == 1
+
+
+def received(fake: FakeModelServer, text: str) -> bool:
+    """Whether the scripted model has been sent a call whose last user message is `text`."""
+    return any(request.last_user_text == text for request in fake.requests)
 
 
 @pytest.fixture
@@ -164,7 +170,7 @@ async def test_a_stuck_call_that_succeeds_late_does_not_clear_the_outage_but_a_p
         httpx.AsyncClient(timeout=10, **PLAIN) as client,
     ):
         slow = asyncio.create_task(chat(client, bridge, "slow-1", "slow please"))
-        await asyncio.sleep(0.1)
+        await eventually(lambda: received(fake, "slow please"))  # it is with the provider
         broken = await chat(client, bridge, "broken-1", "broken please")
         assert broken.status_code == 503
         assert bridge.outage.is_set()
@@ -248,7 +254,7 @@ async def test_a_call_waiting_between_retries_is_answered_503_when_an_outage_is_
     ):
         began = time.monotonic()
         waiting = asyncio.create_task(chat(client, bridge, "r1", "limited"))
-        await asyncio.sleep(0.2)  # r1 now sleeps out its 20 s Retry-After
+        await eventually(lambda: received(fake, "limited"))  # answered 429: r1 now sleeps it out
         assert (await chat(client, bridge, "r2", "broken")).status_code == 503
         released = await asyncio.wait_for(waiting, timeout=5)
         took = time.monotonic() - began
