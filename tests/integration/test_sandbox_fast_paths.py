@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +251,12 @@ def test_a_sandbox_running_the_compiled_shim_serves_and_stops_its_server_gracefu
             assert any(b"/run/osmosis/shim.pyc" in command[:4] for command in commands)
         finally:
             await site.stop()
-        await asyncio.sleep(0.1)  # the server's last lines reach the log from its reader
+        # The server's last lines reach the log from its reader, a little after it exits.
+        deadline = time.monotonic() + 5
+        while not any("lifespan shutdown ran" in line for line in lines):
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
 
     asyncio.run(main())
     # SIGTERM found the compiled shim, which passed it on: the server's shutdown ran (a
