@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.ports import free_port
 
 from .apps.behaviours import ServerSettings
 
@@ -172,7 +173,7 @@ class RolloutServer:
     ) -> RolloutServer:
         """Start the process without waiting for it; call `wait_ready()` (or `stop()`) next.
         Launch several, then wait for each: they import in parallel."""
-        settings = replace(settings, port=_free_port())
+        settings = replace(settings, port=free_port())
         artifact_root = workdir / "artifacts"
         artifact_root.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
@@ -410,10 +411,3 @@ def wait_for_path(path: Path, *, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} did not appear within {timeout}s")
         time.sleep(0.05)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_ports
 
 RAY = Path(sys.executable).parent / "ray"
 _WORKER_NODE = """
@@ -109,7 +109,7 @@ class RayCluster:
     def start(cls, root: Path, *, nodes: int = 2, cpus: int = 1, trace: bool = True) -> RayCluster:
         trace_dir = root / "traces"
         trace_dir.mkdir(parents=True)
-        ports = _free_ports(6 + 7 * nodes + 20 * nodes)
+        ports = free_ports(6 + 7 * nodes + 20 * nodes)
         cluster = cls(
             root=root, env=closed_network_env(root), port=ports.pop(), trace_dir=trace_dir
         )
@@ -293,21 +293,6 @@ def _children(pid: int) -> list[int]:
         with contextlib.suppress(OSError):
             found += [int(child) for child in (task / "children").read_text().split()]
     return found
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports below the ephemeral range (so no client socket of
-    another test takes one meanwhile)."""
-    ports: set[int] = set()
-    while len(ports) < count:
-        candidate = random.randrange(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-        ports.add(candidate)
-    return list(ports)
 
 
 @pytest.fixture(scope="module")

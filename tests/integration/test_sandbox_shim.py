@@ -25,6 +25,7 @@ import pytest
 
 from osmosis.eval.sites.sandbox.launcher import SHIM_SOURCE
 from osmosis.rollout.http1 import ConnectFailed, Http1Client, stream_socket
+from tests.ports import free_port
 
 # The rollout server: serves one connection on the rollout port, reading it to its end of file
 # (the engine's half-close), calls the bridge through the shim, then answers with what it got,
@@ -52,12 +53,6 @@ connection.sendall(f"{size} {digest.hexdigest()} {answer.decode()}\n".encode() +
 connection.close()
 sys.exit(3)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

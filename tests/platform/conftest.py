@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -26,14 +25,9 @@ from tests.platform.databases import (
     shared_cluster,
     stop_shared_cluster,
 )
+from tests.ports import free_port
 
 CLI = [sys.executable, "-c", "from osmosis.cli.main import run; run()"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -30,7 +30,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 import pytest
 
 from osmosis.platform import Settings
+from tests.ports import free_port
 
 KINDS = ("sqlite", "postgresql")
 # Per process: test processes sharing one external server must not drop each other's.
@@ -100,12 +100,6 @@ def _bin_dir() -> Path:
             "OSMOSIS_TEST_DATABASES=sqlite to run the SQLite half only"
         )
     return Path(candidates[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 _PR_SET_PDEATHSIG = 1
@@ -217,7 +211,7 @@ class PostgresCluster:
         durable: bool,
     ) -> PostgresCluster:
         data, log = root / "data", root / "server.log"
-        port = _free_port()
+        port = free_port()
         options = {
             "listen_addresses": "127.0.0.1",
             "port": str(port),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from pathlib import Path
 
 import httpx
@@ -288,6 +289,38 @@ def test_a_second_start_on_the_same_home_is_refused(running_platform):
     )
     assert result.returncode == 1
     assert json.loads(result.stderr)["error"]["code"] == "CONFLICT"
+
+
+@pytest.mark.parametrize("detach", [True, False], ids=["detached", "foreground"])
+def test_a_port_another_socket_holds_is_a_conflict_naming_it(tmp_path, detach):
+    # Bound but not listening: a connection is refused, yet no server could bind it.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        env = clean_env(OSMOSIS_HOME=str(tmp_path / "home"), OSMOSIS_CONFIG_DIR=str(tmp_path))
+        flags = ["--detach"] if detach else []
+        result = osmosis("--json", "server", "start", *flags, "--port", str(port), env=env)
+    assert result.returncode == 1, result.stderr
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "CONFLICT"
+    assert error["message"] == f"port {port} on 127.0.0.1 is already in use"
+    assert error["details"] == {"host": "127.0.0.1", "port": port}
+    assert not (tmp_path / "home" / "server.pid").exists()
+
+
+def test_a_server_whose_port_is_taken_stops_before_it_touches_the_database(tmp_path):
+    """The port taken after `server start` checked it: the server's own bind says so."""
+    from osmosis.platform import PortInUse, Settings, serve
+
+    home = tmp_path / "home"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        settings = Settings.from_env({"OSMOSIS_HOME": str(home)}, port=port)
+        with pytest.raises(PortInUse) as caught:
+            serve(settings)
+    assert str(caught.value) == f"port {port} on 127.0.0.1 is already in use"
+    assert sorted(path.name for path in home.iterdir()) == ["server.lock", "worker.lock"]
 
 
 def test_serving_plain_http_publicly_needs_the_explicit_flag(tmp_path):

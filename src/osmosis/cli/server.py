@@ -96,7 +96,15 @@ def start(
         )
     if sandbox["warning"] and settings.role != "api":
         output().warn(str(sandbox["warning"]))
-    from osmosis.platform import Holder, HomeInUse, lock_holder, server_pid, worker_pid
+    from osmosis.platform import (
+        Holder,
+        HomeInUse,
+        PortInUse,
+        lock_holder,
+        port_taken,
+        server_pid,
+        worker_pid,
+    )
 
     holder = lock_holder(settings) if serves_http else None
     running = server_pid(settings) if serves_http else None
@@ -108,12 +116,8 @@ def start(
     worker = worker_pid(settings) if settings.role != "api" else None
     if worker is not None:
         raise _worker_in_use(settings, worker)
-    if serves_http and _port_answers(settings):
-        raise CLIError(
-            f"port {settings.port} on {settings.host} is already in use",
-            code="CONFLICT",
-            hint="choose another with --port",
-        )
+    if serves_http and port_taken(settings.host, settings.port):
+        raise _port_in_use(settings)
     if detach:
         pid = _spawn(settings)
         if serves_http:
@@ -147,6 +151,8 @@ def start(
             if worker is not None:
                 raise _worker_in_use(settings, worker) from None
         raise _home_in_use(error) from None
+    except PortInUse:
+        raise _port_in_use(settings) from None
     except SchemaMismatch as error:
         raise CLIError(
             str(error), code="VALIDATION", hint="osmosis server migrate; then start again"
@@ -380,21 +386,21 @@ def _clear_stale(settings: Settings) -> None:
     settings.worker_state_file.unlink(missing_ok=True)
 
 
-def _port_answers(settings: Settings) -> bool:
-    import socket
+def _port_in_use(settings: Settings) -> CLIError:
+    from osmosis.cli.output import CLIError
 
-    host = "127.0.0.1" if settings.host in {"0.0.0.0", ""} else settings.host
-    try:
-        with socket.create_connection((host, settings.port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    return CLIError(
+        f"port {settings.port} on {settings.host} is already in use",
+        code="CONFLICT",
+        details={"host": settings.host, "port": settings.port},
+        hint="choose another with --port",
+    )
 
 
 def _spawn(settings: Settings) -> int:
     """Start `osmosis server start` in a new session, and wait until it answers health."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform import HomeInUse, lock_holder, worker_state_pid
+    from osmosis.platform import HomeInUse, lock_holder, port_taken, worker_state_pid
     from osmosis.private_file import make_private_dir, open_private_append
 
     make_private_dir(settings.home)
@@ -433,6 +439,9 @@ def _spawn(settings: Settings) -> int:
                 if worker:
                     raise _worker_in_use(settings, holder.pid)
                 raise _home_in_use(HomeInUse(settings.home, holder))
+            # Taken between the check before the spawn and the server's bind.
+            if not worker and port_taken(settings.host, settings.port):
+                raise _port_in_use(settings)
             raise CLIError(
                 f"the {what} exited during start-up (exit code {child.returncode})",
                 code="PLATFORM_ERROR",

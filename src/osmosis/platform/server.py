@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 from datetime import UTC, datetime
 from types import FrameType
@@ -25,6 +26,7 @@ from typing import Any
 
 from osmosis.platform.core.blobs import check_identity, open_store
 from osmosis.platform.core.home_lock import HomeLock
+from osmosis.platform.core.listener import bind_listener
 from osmosis.platform.core.settings import Settings
 from osmosis.private_file import (
     PRIVATE_UMASK,
@@ -40,7 +42,8 @@ logger = logging.getLogger("osmosis.platform")
 def serve(settings: Settings) -> None:
     """Lock the home, build the app and serve it in the foreground; clean up on the way out.
 
-    `HomeInUse` (before anything in the home is touched) if another server holds the home.
+    `HomeInUse` (before anything in the home is touched) if another server holds the home;
+    `PortInUse` (before the database is touched) if another socket has the port.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # Before the first file: the database, its WAL, blobs, logs, and everything the workers,
@@ -48,7 +51,11 @@ def serve(settings: Settings) -> None:
     os.umask(PRIVATE_UMASK)
     make_private_dir(settings.home)
     locks = _lock(settings)
+    listener = None
     try:
+        if settings.role != "worker":
+            # Bound first: a taken port fails the start in milliseconds, not after migrations.
+            listener = bind_listener(settings.host, settings.port)
         if settings.role != "api" and (not settings.sandbox or settings.executor == "ray"):
             from osmosis.eval.sites.sandbox.support import OFF_WARNING, RAY_WARNING
 
@@ -58,8 +65,11 @@ def serve(settings: Settings) -> None:
         if settings.role == "worker":
             _work(settings)
         else:
-            _serve(settings)
+            assert listener is not None
+            _serve(settings, listener)
     finally:
+        if listener is not None:
+            listener.close()
         for lock in reversed(locks):
             lock.release()
 
@@ -116,7 +126,7 @@ def _tighten(settings: Settings) -> None:
         )
 
 
-def _serve(settings: Settings) -> None:
+def _serve(settings: Settings, listener: socket.socket) -> None:
     import uvicorn
 
     from osmosis.platform.app import create_app
@@ -139,7 +149,7 @@ def _serve(settings: Settings) -> None:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
