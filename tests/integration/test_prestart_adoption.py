@@ -4,6 +4,7 @@ processes on loopback."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -150,6 +151,27 @@ async def test_an_early_server_that_died_fails_the_start_with_its_output(tmp_pat
     assert "boom: the tool registry is missing" in str(failed.value)
     assert early.popen.returncode == 1  # reaped
     assert site.endpoints == []
+
+
+async def test_an_early_server_whose_port_was_taken_is_started_again_on_another(tmp_path):
+    rollout = _rollout(tmp_path)
+    early = _early(rollout, tmp_path, {})
+    log: list[str] = []
+    site = _site(rollout, tmp_path, {}, log)
+    # Taken while the early server imports (hundreds of milliseconds before it binds).
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", early.port))
+        try:
+            await site.start(1)
+            (endpoint,) = site.endpoints
+            assert endpoint.process.pid != early.popen.pid
+            assert endpoint.base_url != f"http://127.0.0.1:{early.port}"
+            assert early.popen.returncode not in (None, 0)  # it failed to bind, and exited
+            assert any(
+                f"port {early.port} was taken before it could listen" in line for line in log
+            )
+        finally:
+            await site.stop()
 
 
 def test_discard_kills_and_reaps_an_unclaimed_early_server(tmp_path):

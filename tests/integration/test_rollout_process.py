@@ -180,6 +180,42 @@ async def test_an_entrypoint_that_crashes_at_import_reports_its_traceback(tmp_pa
     assert SECRET not in message
 
 
+def stop_thieves(thief: Path) -> list[int]:
+    """Kill the processes that held the ports; the ports they took, in order."""
+    ports = [int(line) for line in thief.read_text().split()]
+    for port in ports:
+        os.kill(int(Path(f"{thief}.{port}").read_text()), signal.SIGKILL)
+    return ports
+
+
+async def test_a_port_taken_before_the_server_bound_it_is_replaced_by_another(tmp_path):
+    log: list[str] = []
+    thief = tmp_path / "thief"
+    try:
+        process = await start_chatty(tmp_path, log.append, env={"PORT_THIEF": str(thief)})
+        async with process:
+            assert (await process.health())["instance_id"] == process.instance_id
+    finally:
+        taken = stop_thieves(thief)
+    assert len(taken) == 1 and process.port != taken[0]
+    assert f"rollout server 'chatty': port {taken[0]} was taken before it could listen" in (
+        "\n".join(log)
+    )
+
+
+async def test_a_port_taken_at_every_start_ends_after_three_with_the_servers_error(tmp_path):
+    thief = tmp_path / "thief"
+    try:
+        with pytest.raises(RolloutStartError) as caught:
+            await start_chatty(
+                tmp_path, [].append, env={"PORT_THIEF": str(thief), "PORT_THIEF_ALWAYS": "1"}
+            )
+    finally:
+        taken = stop_thieves(thief)
+    assert len(set(taken)) == 3
+    assert "Address already in use" in str(caught.value)
+
+
 async def test_an_entrypoint_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
     log: list[str] = []
     started = time.monotonic()

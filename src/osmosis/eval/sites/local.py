@@ -37,9 +37,13 @@ from osmosis.eval.sites.api import ResourceLimitBreach, RolloutAPI
 from osmosis.eval.sites.environment import RolloutEnvironment
 from osmosis.eval.sites.prestart import Prestarted
 from osmosis.eval.sites.rollout_client import RolloutClient
-from osmosis.eval.sites.rollout_process import DEFAULT_STARTUP_TIMEOUT_SEC, RolloutProcess
+from osmosis.eval.sites.rollout_process import (
+    DEFAULT_STARTUP_TIMEOUT_SEC,
+    RolloutProcess,
+    RolloutStartError,
+)
 from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, start_all
-from osmosis.eval.sites.spawn import rollout_launch
+from osmosis.eval.sites.spawn import port_taken, rollout_launch
 
 DEFAULT_MAX_RESTARTS = 2
 """How many times each replica is started again after it died, within the restart window."""
@@ -254,16 +258,26 @@ class LocalProcessSite:
             f"{time.monotonic() - early.began:.2f} s ago (the same launch): adopted"
         )
         self.on_spawned()
-        return await RolloutProcess.adopt(
-            early.popen,
-            name=name,
-            port=early.port,
-            instance_id=early.instance_id,
-            ready_fd=early.ready_fd,
-            log=self.log,
-            redactor=self.redactor,
-            startup_timeout=self.startup_timeout,
-        )
+        try:
+            return await RolloutProcess.adopt(
+                early.popen,
+                name=name,
+                port=early.port,
+                instance_id=early.instance_id,
+                ready_fd=early.ready_fd,
+                log=self.log,
+                redactor=self.redactor,
+                startup_timeout=self.startup_timeout,
+            )
+        except RolloutStartError:
+            if early.popen.poll() is None or not port_taken(early.port):
+                raise
+            # Another process took its port before it listened: a fresh start picks another.
+            self.log(
+                f"rollout server {name}: port {early.port} was taken before it could listen; "
+                "starting it again on another port"
+            )
+            return None
 
     def _not_adopted(self, early: Prestarted | None, why: str) -> None:
         if early is not None:

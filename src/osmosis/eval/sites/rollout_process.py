@@ -69,6 +69,7 @@ from osmosis.eval.sites.spawn import (
     _signal_group,
     child_environment,
     forget,
+    port_taken,
     ready_pipe,
     rollout_launch,
     spawn,
@@ -88,6 +89,7 @@ _HEALTH_REQUEST_SEC = 2.0
 _POLL_FIRST_SEC = 0.02
 _POLL_MAX_SEC = 0.1
 _POLL_SIGNALLED_SEC = 0.003
+_PORT_TRIES = 3  # launches on a fresh port each, when the one chosen was taken meanwhile
 # The last line of a Python traceback ("ValueError: boom"), or a line that says it is an error.
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
 _ERROR_LINE = re.compile(r"\b(error|fatal|critical|panic)\b", re.IGNORECASE)
@@ -189,25 +191,41 @@ class RolloutProcess:
                                              env={}, artifact_root=root, log=print,
                                              redactor=Redactor([]))
         """
-        # Spawned here, on the event loop's thread, not in a worker thread: the kernel's
-        # parent-death signal fires when the *thread* that forked the child ends.
-        process = cls._launch(
-            environment,
-            rollout_dir,
-            entrypoint,
-            env=env,
-            base_env=os.environ if base_env is None else base_env,
-            artifact_root=artifact_root,
-            port=port if port is not None else _free_port(),
-            log=log,
-            redactor=redactor,
-            name=name,
-            wrap=wrap,
-        )
-        if spawned is not None:
-            spawned()
-        await process._watch_until_healthy(startup_timeout)
-        return process
+        for launch in range(1, _PORT_TRIES + 1):
+            chosen = port if port is not None else _free_port()
+            # Spawned here, on the event loop's thread, not in a worker thread: the kernel's
+            # parent-death signal fires when the *thread* that forked the child ends.
+            process = cls._launch(
+                environment,
+                rollout_dir,
+                entrypoint,
+                env=env,
+                base_env=os.environ if base_env is None else base_env,
+                artifact_root=artifact_root,
+                port=chosen,
+                log=log,
+                redactor=redactor,
+                name=name,
+                wrap=wrap,
+            )
+            if spawned is not None:
+                spawned()
+            try:
+                await process._watch_until_healthy(startup_timeout)
+            except RolloutStartError:
+                # The port was free when chosen, but another process of this machine (an
+                # outgoing connection's local port, say) took it before the server bound it.
+                # (A sandboxed server binds in a network of its own: not retried here.)
+                retry = port is None and wrap is None and launch < _PORT_TRIES
+                if not (retry and process.returncode is not None and port_taken(chosen)):
+                    raise
+                log(
+                    f"rollout server {process.name!r}: port {chosen} was taken before it "
+                    "could listen; starting it again on another port"
+                )
+                continue
+            return process
+        raise AssertionError("unreachable")
 
     @classmethod
     async def adopt(
