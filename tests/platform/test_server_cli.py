@@ -308,9 +308,24 @@ def test_a_port_another_socket_holds_is_a_conflict_naming_it(tmp_path, detach):
     assert not (tmp_path / "home" / "server.pid").exists()
 
 
+def test_a_host_not_of_this_machine_is_a_validation_error_not_a_crash(tmp_path):
+    env = clean_env(OSMOSIS_HOME=str(tmp_path / "home"), OSMOSIS_ALLOW_INSECURE_HTTP="1")
+    port = free_port()
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): an address no machine has.
+    result = osmosis(
+        "--json", "server", "start", "--host", "192.0.2.1", "--port", str(port), env=env
+    )
+    assert result.returncode == 1, result.stderr
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "VALIDATION"
+    assert error["message"].startswith(f"cannot listen on 192.0.2.1 port {port}: ")
+    assert not (tmp_path / "home" / "platform.db").exists()
+
+
 def test_a_server_whose_port_is_taken_stops_before_it_touches_the_database(tmp_path):
     """The port taken after `server start` checked it: the server's own bind says so."""
-    from osmosis.platform import PortInUse, Settings, serve
+    from osmosis.listen import PortInUse
+    from osmosis.platform import Settings, serve
 
     home = tmp_path / "home"
     with socket.socket() as holder:

@@ -96,15 +96,8 @@ def start(
         )
     if sandbox["warning"] and settings.role != "api":
         output().warn(str(sandbox["warning"]))
-    from osmosis.platform import (
-        Holder,
-        HomeInUse,
-        PortInUse,
-        lock_holder,
-        port_taken,
-        server_pid,
-        worker_pid,
-    )
+    from osmosis.listen import ListenError, PortInUse, port_taken
+    from osmosis.platform import Holder, HomeInUse, lock_holder, server_pid, worker_pid
 
     holder = lock_holder(settings) if serves_http else None
     running = server_pid(settings) if serves_http else None
@@ -153,6 +146,13 @@ def start(
         raise _home_in_use(error) from None
     except PortInUse:
         raise _port_in_use(settings) from None
+    except ListenError as error:
+        raise CLIError(
+            str(error),
+            code="VALIDATION",
+            details={"host": settings.host, "port": settings.port},
+            hint="--host must be an address of this machine (or 0.0.0.0)",
+        ) from None
     except SchemaMismatch as error:
         raise CLIError(
             str(error), code="VALIDATION", hint="osmosis server migrate; then start again"
@@ -400,7 +400,8 @@ def _port_in_use(settings: Settings) -> CLIError:
 def _spawn(settings: Settings) -> int:
     """Start `osmosis server start` in a new session, and wait until it answers health."""
     from osmosis.cli.output import CLIError
-    from osmosis.platform import HomeInUse, lock_holder, port_taken, worker_state_pid
+    from osmosis.listen import port_taken
+    from osmosis.platform import HomeInUse, lock_holder, worker_state_pid
     from osmosis.private_file import make_private_dir, open_private_append
 
     make_private_dir(settings.home)

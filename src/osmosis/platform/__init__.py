@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from osmosis.platform.core.crypto import SecretKeyError
     from osmosis.platform.core.db.engine import DatabaseUnavailable
     from osmosis.platform.core.home_lock import Holder, HomeInUse, process_alive
-    from osmosis.platform.core.listener import PortInUse, port_taken
     from osmosis.platform.core.schema_revision import SchemaMismatch
     from osmosis.platform.core.settings import Settings, SettingsError
     from osmosis.platform.operations import (
@@ -48,7 +47,6 @@ __all__ = [
     "Holder",
     "HomeInUse",
     "LocalView",
-    "PortInUse",
     "SchemaMismatch",
     "SecretKeyError",
     "Settings",
@@ -61,7 +59,6 @@ __all__ = [
     "lock_holder",
     "migrate_database",
     "platform_status",
-    "port_taken",
     "process_alive",
     "serve",
     "server_pid",
@@ -75,7 +72,6 @@ _HOMES = {
     "Holder": "osmosis.platform.core.home_lock",
     "HomeInUse": "osmosis.platform.core.home_lock",
     "LocalView": "osmosis.platform.operations",
-    "PortInUse": "osmosis.platform.core.listener",
     "SchemaMismatch": "osmosis.platform.core.schema_revision",
     "SecretKeyError": "osmosis.platform.core.crypto",
     "Settings": "osmosis.platform.core.settings",
@@ -88,7 +84,6 @@ _HOMES = {
     "lock_holder": "osmosis.platform.operations",
     "migrate_database": "osmosis.platform.operations",
     "platform_status": "osmosis.platform.operations",
-    "port_taken": "osmosis.platform.core.listener",
     "process_alive": "osmosis.platform.core.home_lock",
     "serve": "osmosis.platform.server",
     "server_pid": "osmosis.platform.operations",

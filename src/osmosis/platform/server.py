@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from osmosis.listen import bind_listener
 from osmosis.platform.core.blobs import check_identity, open_store
 from osmosis.platform.core.home_lock import HomeLock
-from osmosis.platform.core.listener import bind_listener
 from osmosis.platform.core.settings import Settings
 from osmosis.private_file import (
     PRIVATE_UMASK,
@@ -43,7 +43,8 @@ def serve(settings: Settings) -> None:
     """Lock the home, build the app and serve it in the foreground; clean up on the way out.
 
     `HomeInUse` (before anything in the home is touched) if another server holds the home;
-    `PortInUse` (before the database is touched) if another socket has the port.
+    `PortInUse` / `ListenError` (`osmosis.listen`, before the database is touched) if the port
+    is another socket's or cannot be bound.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # Before the first file: the database, its WAL, blobs, logs, and everything the workers,

@@ -41,9 +41,10 @@ from osmosis.eval.sites.rollout_process import (
     DEFAULT_STARTUP_TIMEOUT_SEC,
     RolloutProcess,
     RolloutStartError,
+    lost_its_port,
 )
 from osmosis.eval.sites.seam import RESTART_WINDOW_SEC, Endpoint, RestartBudget, start_all
-from osmosis.eval.sites.spawn import port_taken, rollout_launch
+from osmosis.eval.sites.spawn import rollout_launch
 
 DEFAULT_MAX_RESTARTS = 2
 """How many times each replica is started again after it died, within the restart window."""
@@ -269,8 +270,8 @@ class LocalProcessSite:
                 redactor=self.redactor,
                 startup_timeout=self.startup_timeout,
             )
-        except RolloutStartError:
-            if early.popen.poll() is None or not port_taken(early.port):
+        except RolloutStartError as error:
+            if not lost_its_port(error, early.port):
                 raise
             # Another process took its port before it listened: a fresh start picks another.
             self.log(

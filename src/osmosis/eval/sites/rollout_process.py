@@ -69,11 +69,11 @@ from osmosis.eval.sites.spawn import (
     _signal_group,
     child_environment,
     forget,
-    port_taken,
     ready_pipe,
     rollout_launch,
     spawn,
 )
+from osmosis.listen import port_taken
 from osmosis.rollout.http1 import Http1Client, TransportFailed
 from osmosis.rollout.protocol import SHUTDOWN_HEADER
 
@@ -108,6 +108,12 @@ class RolloutStartError(HostError):
         if output:
             message += "; its last output:\n" + "\n".join(f"  | {line}" for line in output)
         super().__init__(message)
+
+
+def lost_its_port(error: RolloutStartError, port: int) -> bool:
+    """Whether the server exited at start (not: never answered) while another socket has
+    the loopback `port` it was given: it could not bind it."""
+    return error.returncode is not None and port_taken("127.0.0.1", port)
 
 
 class RolloutProcess:
@@ -212,12 +218,12 @@ class RolloutProcess:
                 spawned()
             try:
                 await process._watch_until_healthy(startup_timeout)
-            except RolloutStartError:
+            except RolloutStartError as error:
                 # The port was free when chosen, but another process of this machine (an
                 # outgoing connection's local port, say) took it before the server bound it.
                 # (A sandboxed server binds in a network of its own: not retried here.)
                 retry = port is None and wrap is None and launch < _PORT_TRIES
-                if not (retry and process.returncode is not None and port_taken(chosen)):
+                if not (retry and lost_its_port(error, chosen)):
                     raise
                 log(
                     f"rollout server {process.name!r}: port {chosen} was taken before it "
@@ -627,4 +633,5 @@ __all__ = [
     "RolloutStartError",
     "child_environment",
     "last_error_line",
+    "lost_its_port",
 ]

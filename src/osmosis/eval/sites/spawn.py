@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import errno
 import os
 import signal
 import socket
@@ -258,17 +257,6 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def port_taken(port: int) -> bool:
-    """Whether another socket has loopback `port` now (a server could not bind it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as error:
-            return error.errno == errno.EADDRINUSE
-    return False
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:
