@@ -15,7 +15,9 @@ Cases (issue 18, and issue 11's replica rows):
        last attempt's end, from the journal) / ideal (attempts / concurrency x latency); the
        bare client's ratio beside it. Below it, an attempt's mean duration over the model's
        latency against a bare call's: a mean of 500, steadier under load than the span. Then
-       the span told apart along the slot that ended last (issue 30): its attempts, the gaps
+       the span told apart along the slot that ended last (issue 30): its first attempt and
+       the others apart (the first waits for its admission behind the whole first wave: an
+       attempt's clock starts when it is dispatched, before its admission is sent), the gaps
        between them (a freed slot's hand-off to the next dispatch) and its start's skew.
   (c)  1 s latency, concurrency 512, 5,000 attempts: dispatch / ideal, and peak RSS of the
        engine and of the rollout server.
@@ -330,20 +332,21 @@ class BareRun:
 @dataclass
 class LastSlot:
     """The span from the first start to the last end, told apart along the concurrency slot
-    that ended last (issue 30): its first attempt's start after the run's first (`skew`), its
-    attempts' durations, and the gaps between one's end and the next one's start (the
-    hand-off of a freed slot to the next dispatch)."""
+    that ended last (issue 30): its first attempt's start after the run's first (`skew`), the
+    first attempt's duration and the others', and the gaps between one's end and the next
+    one's start (the hand-off of a freed slot to the next dispatch)."""
 
     attempts: int
     skew_ms: float
-    durations_ms: float
+    first_ms: float  # the first attempt's duration: it includes the first wave's admissions
+    durations_ms: float  # every attempt's, the first's included
     gaps_ms: float
 
     def __str__(self) -> str:
-        each = self.durations_ms / self.attempts
+        others = (self.durations_ms - self.first_ms) / max(self.attempts - 1, 1)
         return (
-            f"{self.attempts} x {each:.1f} ms + gaps {self.gaps_ms:.1f} ms"
-            f" + skew {self.skew_ms:.1f} ms"
+            f"{self.first_ms:.1f} + {self.attempts - 1} x {others:.1f} ms"
+            f" + gaps {self.gaps_ms:.1f} ms + skew {self.skew_ms:.1f} ms"
         )
 
 
@@ -363,6 +366,7 @@ def last_slot(spans: list[tuple[float, float]], concurrency: int) -> LastSlot:
     return LastSlot(
         attempts=len(chain),
         skew_ms=(chain[0][0] - first) * 1000,
+        first_ms=(chain[0][1] - chain[0][0]) * 1000,
         durations_ms=sum(end - start for start, end in chain) * 1000,
         gaps_ms=sum(chain[i][0] - chain[i - 1][1] for i in range(1, len(chain))) * 1000,
     )
