@@ -20,9 +20,9 @@ def _lines(path: Path) -> list[dict]:
 
 async def test_calls_are_recorded_then_replayed_without_the_provider(tmp_path: Path) -> None:
     first = tmp_path / "first" / RECORD_FILE
-    redact = Redactor(["s3cret-value"]).redact_obj
+    redactor = Redactor(["s3cret-value"])
     async with FakeModelServer() as fake:
-        recorder = CallRecorder(first, mode="off", redact=redact, model="openai/gpt-4o-mini")
+        recorder = CallRecorder(first, mode="off", redactor=redactor, model="openai/gpt-4o-mini")
         async with bridged(fake, recorder=recorder) as bridge:
             recorder.assign("r1", row=3, run=1)
             asked = [*QUESTION, {"role": "user", "content": "the key is s3cret-value"}]
@@ -51,7 +51,7 @@ async def test_calls_are_recorded_then_replayed_without_the_provider(tmp_path: P
         pass
     second = tmp_path / "second" / RECORD_FILE
     recorder = CallRecorder(
-        second, mode="replay", sources=[first], redact=redact, model="openai/gpt-4o-mini"
+        second, mode="replay", sources=[first], redactor=redactor, model="openai/gpt-4o-mini"
     )
     async with bridged(gone, recorder=recorder) as bridge:
         recorder.assign("r9", row=3, run=1)  # a fresh rollout id for the same attempt

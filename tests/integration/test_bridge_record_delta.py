@@ -58,9 +58,9 @@ def _size(line: dict[str, Any]) -> int:
 
 async def test_a_ten_turn_agent_is_replayed_from_a_record_of_deltas(tmp_path: Path) -> None:
     first = tmp_path / "first" / RECORD_FILE
-    redact = Redactor([SECRET]).redact_obj
+    redactor = Redactor([SECRET])
     async with _drawing_model() as model:
-        recorder = CallRecorder(first, mode="off", redact=redact, model=MODEL)
+        recorder = CallRecorder(first, mode="off", redactor=redactor, model=MODEL)
         async with bridged(model, recorder=recorder) as bridge:
             recorded = {}
             for run, rewrite_at in ((0, None), (1, 6)):
@@ -85,7 +85,7 @@ async def test_a_ten_turn_agent_is_replayed_from_a_record_of_deltas(tmp_path: Pa
     async with FakeModelServer() as gone:
         pass  # its port answers nothing: a call that reached it would fail
     second = tmp_path / "second" / RECORD_FILE
-    recorder = CallRecorder(second, mode="replay", sources=[first], redact=redact, model=MODEL)
+    recorder = CallRecorder(second, mode="replay", sources=[first], redactor=redactor, model=MODEL)
     async with bridged(gone, recorder=recorder) as bridge:
         for run in range(2):
             recorder.assign(f"again{run}", row=0, run=run)  # fresh rollout ids, same attempts

@@ -611,7 +611,7 @@ def _recorder(plan: RunPlan, redactor: Redactor) -> CallRecorder:
             plan.run_dir / RECORD_FILE,
             mode=plan.cache_mode,
             sources=plan.record_sources,
-            redact=redactor.redact_obj,
+            redactor=redactor,
             model=plan.config.experiment.model_path,
         )
     except RecordError as error:

@@ -641,12 +641,12 @@ class ModelBridge:
         parts = {**params, "messages": messages}
         prepared = None  # `off`: prepared once the answer is out (`keep_soon`)
         if recorder.mode != "off":
-            prepared = normalised, digest = recorder.prepare(parts)
-            answer = recorder.lookup(key, digest)
+            prepared = recorder.prepare(parts)
+            answer = recorder.lookup(key, prepared.digest)
             if isinstance(answer, dict):
                 outcome = Outcome(200, completion=Completion(answer), replayed=True)
                 if key is not None:
-                    recorder.keep(key, normalised, digest, answer, source="record")
+                    recorder.keep(key, prepared, answer, source="record")
                 self._record(rollout_id, started_at, began, messages, params, outcome)
                 return outcome
             if recorder.mode == "replay":

@@ -66,11 +66,11 @@ import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Literal, get_args
+from typing import IO, Any, Literal, Protocol, TypeVar, get_args
 
 __all__ = [
     "CACHE_MISS",
@@ -79,8 +79,10 @@ __all__ = [
     "CacheMode",
     "CallRecorder",
     "Miss",
+    "Prepared",
     "RecordError",
     "RecordedCall",
+    "Redacts",
     "normalise",
     "read_record",
     "request_digest",
@@ -98,6 +100,8 @@ _DELTA_VERSION = 2
 """A line whose messages are a delta on its attempt's previous line."""
 KEEP_AFTER_SEC = 0.05
 """How long after an answer its line is written (`CallRecorder.keep_soon`)."""
+_COMPACT = (",", ":")
+_T = TypeVar("_T")
 
 logger = logging.getLogger("osmosis.eval.model.bridge")
 
@@ -131,7 +135,25 @@ class _Unkept:
     key: AttemptKey
     request: Mapping[str, Any]
     response: Mapping[str, Any]
-    prepared: tuple[dict[str, Any], str] | None
+    prepared: Prepared | None
+
+
+class Redacts(Protocol):
+    """What the record needs of the run's redactor (`osmosis.eval.results.redact.Redactor`)."""
+
+    def clean_json(self, text: str) -> bool: ...
+
+    def redact_obj(self, obj: _T) -> _T: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request as the record keeps it: normalised and redacted, its digest, and its line
+    text when that is already at hand (the canonical JSON the digest was taken of)."""
+
+    normalised: dict[str, Any]
+    digest: str
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,8 +174,21 @@ def normalise(request: Mapping[str, Any], *, model: str) -> dict[str, Any]:
 
 def request_digest(normalised: Mapping[str, Any]) -> str:
     """`sha256:<hex>` of the normalised request's canonical JSON."""
-    text = json.dumps(normalised, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return _digest(_canonical(normalised))
+
+
+def _canonical(value: Any) -> str:
+    """The canonical JSON a digest is taken of: keys sorted, compact, not ASCII-escaped."""
+    return json.dumps(value, sort_keys=True, separators=_COMPACT, ensure_ascii=False, default=str)
+
+
+def _digest(canonical: str) -> str:
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _compact(value: Any) -> str:
+    """JSON as a record line holds it: compact, not ASCII-escaped, keys in their order."""
+    return json.dumps(value, ensure_ascii=False, separators=_COMPACT)
 
 
 @dataclass(frozen=True)
@@ -286,10 +321,6 @@ def _cut_torn_tail(path: Path) -> None:
     logger.warning("model bridge: cut off a torn last line of %s (a crash mid-write)", path)
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
 class CallRecorder:
     """The run's record of model calls: the answers it holds and the file it appends to.
 
@@ -298,8 +329,8 @@ class CallRecorder:
         mode: `off`, `use` or `replay` (see the module doc).
         sources: records to answer from, read now (a missing one is skipped; `RecordError`
             for one that is not a record).
-        redact: applied to each request and response before it is digested or written
-            (the run's `Redactor.redact_obj`).
+        redactor: the run's redactor: each request and response is redacted with it before
+            it is digested or written (None: nothing to hide).
         model: the run's model path, which every normalised request names.
     """
 
@@ -309,7 +340,7 @@ class CallRecorder:
         *,
         mode: CacheMode = "off",
         sources: Iterable[Path] = (),
-        redact: Callable[[Any], Any] = _identity,
+        redactor: Redacts | None = None,
         model: str = "",
     ) -> None:
         if mode not in CACHE_MODES:
@@ -317,7 +348,7 @@ class CallRecorder:
         self.path = path
         self.mode: CacheMode = mode
         self.model = model
-        self._redact = redact
+        self._redactor = redactor
         self._answers: dict[AttemptKey, dict[str, dict[str, Any]]] = {}
         self._attempts: dict[str, tuple[int, int]] = {}
         self._sequence: dict[str, int] = {}
@@ -379,10 +410,19 @@ class CallRecorder:
             self._latest.pop(attempt, None)
 
     # -- answers ---------------------------------------------------------------------------------
-    def prepare(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        """(the normalised, redacted request, its digest)."""
-        normalised = self._redact(normalise(request, model=self.model))
-        return normalised, request_digest(normalised)
+    def prepare(self, request: Mapping[str, Any]) -> Prepared:
+        """The normalised, redacted request and its digest. With no secret in it, one
+        serialisation serves the normalised form, the digest and the line (~3x cheaper than
+        `normalise`, redacting and `request_digest` apart, which give the same result)."""
+        text = _canonical({**request, "model": self.model})
+        normalised: dict[str, Any] = json.loads(text)
+        redactor = self._redactor
+        if redactor is None or redactor.clean_json(text):
+            # Loaded from sorted text, its keys are in sorted order at every level: written
+            # as it is, it reads back as `text`.
+            return Prepared(normalised, _digest(text), text)
+        normalised = redactor.redact_obj(normalised)
+        return Prepared(normalised, request_digest(normalised))
 
     def lookup(self, key: AttemptKey | None, digest: str) -> dict[str, Any] | Miss:
         """The recorded completion for this call, or why there is none (counted)."""
@@ -406,22 +446,29 @@ class CallRecorder:
     def write(
         self,
         key: AttemptKey,
-        normalised: Mapping[str, Any],
-        digest: str,
+        request: Prepared,
         response: Mapping[str, Any],
         *,
         source: Literal["provider", "record"] = "provider",
     ) -> None:
         """Append one answered call (redacted) and keep it as an answer for later calls."""
-        redacted: dict[str, Any] = self._redact(json.loads(json.dumps(response, default=str)))
+        answer = json.dumps(response, ensure_ascii=False, separators=_COMPACT, default=str)
+        redactor = self._redactor
+        redacted: dict[str, Any] | None = None
+        if redactor is not None and not redactor.clean_json(answer):
+            redacted = redactor.redact_obj(json.loads(answer))
+            answer = json.dumps(redacted, ensure_ascii=False, separators=_COMPACT)
         if self.mode != "off":  # `off` never reads answers: memory stays flat
-            self._answers.setdefault(key, {})[digest] = redacted
+            self._answers.setdefault(key, {})[request.digest] = (
+                redacted if redacted is not None else json.loads(answer)
+            )
         if self.path is None:
             return
         attempt = (key.row, key.run)
+        normalised, digest = request.normalised, request.digest
         messages = normalised.get("messages")
         previous = self._latest.get(attempt)
-        entry: dict[str, Any] = {"v": _VERSION, "key": key.as_dict(), "digest": digest}
+        head = {"v": _VERSION, "key": key.as_dict(), "digest": digest}
         if (
             isinstance(messages, list)
             and previous is not None
@@ -429,13 +476,19 @@ class CallRecorder:
             and messages[: len(previous[1])] == previous[1]
         ):
             shared = len(previous[1])
-            entry["v"] = _DELTA_VERSION
-            entry["request"] = {k: v for k, v in normalised.items() if k != "messages"}
-            entry["delta"] = {"base": previous[0], "shared": shared, "messages": messages[shared:]}
+            head["v"] = _DELTA_VERSION
+            rest = {k: v for k, v in normalised.items() if k != "messages"}
+            delta = {"base": previous[0], "shared": shared, "messages": messages[shared:]}
+            body = f'{_compact(rest)},"delta":{_compact(delta)}'
         else:
-            entry["request"] = normalised
-        entry.update(response=redacted, source=source, at=datetime.now(UTC).isoformat())
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+            body = request.text if request.text is not None else _compact(normalised)
+        # The line as `json.dumps` would write the whole entry, its two large parts (the
+        # request and the answer) serialised once above rather than again inside it.
+        at = datetime.now(UTC).isoformat()
+        line = (
+            f'{_compact(head)[:-1]},"request":{body},"response":{answer},'
+            f'"source":{_compact(source)},"at":{_compact(at)}}}\n'
+        )
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -460,15 +513,14 @@ class CallRecorder:
     def keep(
         self,
         key: AttemptKey,
-        normalised: Mapping[str, Any],
-        digest: str,
+        request: Prepared,
         response: Mapping[str, Any],
         *,
         source: Literal["provider", "record"],
     ) -> None:
         """`write`, but a full disk loses the record, not the call: it is logged."""
         try:
-            self.write(key, normalised, digest, response, source=source)
+            self.write(key, request, response, source=source)
         except OSError as error:
             logger.warning("model bridge: cannot append to the call record: %s", error)
 
@@ -478,11 +530,12 @@ class CallRecorder:
         request: Mapping[str, Any],
         response: Mapping[str, Any],
         *,
-        prepared: tuple[dict[str, Any], str] | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
         """`keep` a provider's answer `KEEP_AFTER_SEC` later, `prepare`-ing its `request`
         then unless it was (`prepared`, by a lookup). Normalising, redacting, digesting and
-        writing take ~0.2 ms of the loop per call: at once, a wave of answers arriving
+        writing take ~0.025 ms of the loop per call (~0.06 ms before `prepare` serialised
+        a request once): at once, a wave of answers arriving
         together (64 in flight, a provider's steady latency) would wait for each other's;
         later, they fall in the wait for the next answers. Lines keep their order; `flush`,
         `close` and `lookup` write what is queued first, and a crash loses at most those
@@ -498,8 +551,8 @@ class CallRecorder:
             if isinstance(queued, tuple):  # an attempt forgotten after its queued answers
                 self._latest.pop(queued, None)
                 continue
-            normalised, digest = queued.prepared or self.prepare(queued.request)
-            self.keep(queued.key, normalised, digest, queued.response, source="provider")
+            prepared = queued.prepared or self.prepare(queued.request)
+            self.keep(queued.key, prepared, queued.response, source="provider")
 
     def flush(self) -> None:
         """Push what was written to the file (the run's end, a halt)."""

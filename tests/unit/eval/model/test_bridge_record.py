@@ -4,6 +4,7 @@ digests, reading a record back (a torn last line is dropped, a bad line named), 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,10 @@ from osmosis.eval.model.bridge_record import (
     Miss,
     RecordError,
     normalise,
+    read_record,
     request_digest,
 )
+from osmosis.eval.results.redact import Redactor
 from tests.unit.eval.inputs.test_config import with_evaluation
 
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "391"}}]}
@@ -45,8 +48,9 @@ def test_the_digest_ignores_key_order_and_names_the_run_model() -> None:
 def test_a_record_is_read_back_and_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
     path = tmp_path / "model_calls.jsonl"
     writer = CallRecorder(path, model="m")
-    normalised, digest = writer.prepare({"messages": [{"role": "user", "content": "q"}]})
-    writer.write(AttemptKey(0, 0, 0), normalised, digest, ANSWER)
+    prepared = writer.prepare({"messages": [{"role": "user", "content": "q"}]})
+    writer.write(AttemptKey(0, 0, 0), prepared, ANSWER)
+    digest = prepared.digest
     writer.close()
     with path.open("a") as handle:
         handle.write('{"v": 1, "key": {"row"')  # a crash mid-line
@@ -55,6 +59,39 @@ def test_a_record_is_read_back_and_a_torn_last_line_is_dropped(tmp_path: Path) -
     assert reader.lookup(AttemptKey(0, 0, 0), digest) == ANSWER
     assert isinstance(reader.lookup(AttemptKey(0, 1, 0), digest), Miss)
     assert reader.hits == 1 and reader.misses == 1
+
+
+def test_lines_and_digests_are_those_of_the_entry_written_whole(tmp_path: Path) -> None:
+    """The writer serialises a request once for its digest and its line, and splices the
+    parts: each line must still be exactly `json.dumps` of its whole entry, and each digest
+    that of the normalised, redacted request, secret or not, non-ASCII, delta or whole."""
+    path = tmp_path / "model_calls.jsonl"
+    redactor = Redactor(["s3cret-value"])
+    writer = CallRecorder(path, model="openai/m", redactor=redactor)
+    first = [{"role": "user", "content": 'héllo ✓ "quoted"\nline'}]
+    second = [*first, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "é"}]
+    leaked = [{"role": "user", "content": "the key is s3cret-value"}]
+    requests = [
+        (AttemptKey(0, 0, 0), {"messages": first, "temperature": 0.5, "stop": ["\u2028"]}),
+        (AttemptKey(0, 0, 1), {"temperature": 0.5, "messages": second}),  # a delta
+        (AttemptKey(1, 0, 0), {"messages": leaked, "top_p": 1}),  # redacted
+    ]
+    answer = {"choices": [{"message": {"role": "assistant", "content": "naïve s3cret-value"}}]}
+    for key, request in requests:
+        writer.write(key, writer.prepare(request), answer)
+    writer.close()
+
+    lines = path.read_text(encoding="utf-8").split("\n")[:-1]  # not splitlines: U+2028
+    entries = [json.loads(line) for line in lines]
+    assert [json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in entries] == lines
+    assert [e["v"] for e in entries] == [1, 2, 1]
+    assert "s3cret-value" not in path.read_text(encoding="utf-8")
+    calls = list(read_record(path))
+    for call, (_, request) in zip(calls, requests, strict=True):
+        expected = redactor.redact_obj(normalise(request, model="openai/m"))
+        assert call.request == expected
+        assert call.digest == request_digest(expected)
+        assert call.response == redactor.redact_obj(answer)
 
 
 def test_a_line_that_is_not_a_record_is_named(tmp_path: Path) -> None:

@@ -28,9 +28,9 @@ def _answer(text: str) -> dict[str, Any]:
 
 
 def _write(recorder: CallRecorder, key: AttemptKey, messages: list[dict[str, Any]]) -> str:
-    normalised, digest = recorder.prepare({"messages": messages, "temperature": 0.5})
-    recorder.write(key, normalised, digest, _answer(f"answer {key.describe()}"))
-    return digest
+    prepared = recorder.prepare({"messages": messages, "temperature": 0.5})
+    recorder.write(key, prepared, _answer(f"answer {key.describe()}"))
+    return prepared.digest
 
 
 def _agent(turns: int, tag: str, size: int = 1000) -> list[list[dict[str, Any]]]:
@@ -90,7 +90,7 @@ def test_interleaved_ten_turn_attempts_are_deltas_and_read_back_whole(tmp_path: 
     assert path.stat().st_size <= _whole_bytes(path) / 3
 
     reader = CallRecorder(None, mode="replay", sources=[path], model=MODEL)
-    _, digest = reader.prepare({"messages": one[9], "temperature": 0.5})
+    digest = reader.prepare({"messages": one[9], "temperature": 0.5}).digest
     assert reader.lookup(AttemptKey(0, 0, 9), digest) == _answer("answer row 0, run 0, call 9")
 
 
@@ -164,7 +164,7 @@ def test_a_record_written_before_deltas_answers_the_same_requests(tmp_path: Path
         {"role": "user", "content": "What is 17 * 23?"},
     ]
     for call in range(3):
-        _, digest = reader.prepare({"temperature": 0.5, "messages": conversation})
+        digest = reader.prepare({"temperature": 0.5, "messages": conversation}).digest
         answer = reader.lookup(AttemptKey(4, 1, call), digest)
         assert isinstance(answer, dict), answer
         assert answer["choices"][0]["message"]["content"] == f"step {call}"

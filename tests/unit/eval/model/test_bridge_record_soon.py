@@ -43,7 +43,7 @@ def _queue(recorder: CallRecorder, rollout_id: str, turns: int, first: int = 0) 
         assert key is not None
         request = {"messages": _conversation(turn)}
         recorder.keep_soon(key, request, _answer(f"answer {turn}"))
-        digests.append(recorder.prepare(request)[1])
+        digests.append(recorder.prepare(request).digest)
     return digests
 
 
