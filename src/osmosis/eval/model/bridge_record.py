@@ -166,9 +166,7 @@ class Miss:
 def normalise(request: Mapping[str, Any], *, model: str) -> dict[str, Any]:
     """The request as the record compares it: the run's `model` (its model path, whatever
     the client named) and every forwarded parameter, keys sorted at every level."""
-    loaded: dict[str, Any] = json.loads(
-        json.dumps({**request, "model": model}, sort_keys=True, default=str)
-    )
+    loaded: dict[str, Any] = json.loads(_canonical({**request, "model": model}))
     return loaded
 
 
@@ -414,7 +412,7 @@ class CallRecorder:
         """The normalised, redacted request and its digest. With no secret in it, one
         serialisation serves the normalised form, the digest and the line (~3x cheaper than
         `normalise`, redacting and `request_digest` apart, which give the same result)."""
-        text = _canonical({**request, "model": self.model})
+        text = _canonical({**request, "model": self.model})  # what `normalise` loads
         normalised: dict[str, Any] = json.loads(text)
         redactor = self._redactor
         if redactor is None or redactor.clean_json(text):
