@@ -17,7 +17,9 @@ Rows:
     litellm       through the bridge with the model routed through LiteLLM instead
 
 The ratio bridge/direct is the share of the load generator's throughput the bridge keeps;
-the engine needs at least 100 attempts/s end to end.
+the engine needs at least 100 attempts/s end to end. Beside it, the bridge process's CPU per
+answer (from /proc), steadier than the rate on 2 shared cores. The bridge runs as in the
+engine: on its event loop, its start-up heap frozen, each rollout's calls taken as it ends.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -72,6 +75,14 @@ async def _serve_bridge(fake_url: str, kind: str) -> None:
     for index in range(4096):
         bridge.open_rollout(f"r{index}")
     bridge.open_rollout("warmup")
+
+    async def take_calls() -> None:  # as the engine does when each attempt ends
+        while True:
+            await asyncio.sleep(0.05)
+            for index in range(4096):
+                bridge.take_calls(f"r{index}")
+
+    keeper = asyncio.create_task(take_calls())
     if kind == "litellm":  # import LiteLLM and warm its client before the clock starts
         async with httpx.AsyncClient() as client:
             await client.post(
@@ -80,8 +91,10 @@ async def _serve_bridge(fake_url: str, kind: str) -> None:
                 headers={"authorization": f"Bearer {bridge.token}"},
                 timeout=120,
             )
+    gc.freeze()  # as the engine does before its first dispatch (host/frozen_heap.py)
     print(bridge.base_url, bridge.token, flush=True)
     await asyncio.Event().wait()
+    keeper.cancel()
 
 
 def _spawn(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
@@ -102,10 +115,27 @@ class _Tally:
     counting: bool = False
 
 
+@dataclass
+class Measured:
+    rate: float  # answers per second
+    failed: int
+    cpu_us: float | None  # the bridge process's CPU per answer, when one was watched
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _drive(
-    post: Callable[[str], Awaitable[int]], url: str, seconds: float, concurrency: int
-) -> tuple[float, int]:
-    """Keep `concurrency` calls in flight (one rollout id each) and count answers."""
+    post: Callable[[str], Awaitable[int]],
+    url: str,
+    seconds: float,
+    concurrency: int,
+    bridge_pid: int | None = None,
+) -> Measured:
+    """Keep `concurrency` calls in flight (one rollout id each) and count answers, and the
+    CPU the bridge process spent meanwhile."""
     tally = _Tally()
     stop = asyncio.Event()
 
@@ -121,12 +151,14 @@ async def _drive(
     await asyncio.sleep(WARMUP_SECONDS)
     tally.counting = True
     started = time.perf_counter()
+    cpu = _cpu_seconds(bridge_pid) if bridge_pid else 0.0
     await asyncio.sleep(seconds)
     tally.counting = False
     elapsed = time.perf_counter() - started
+    cpu_us = (_cpu_seconds(bridge_pid) - cpu) * 1e6 / max(tally.done, 1) if bridge_pid else None
     stop.set()
     await asyncio.gather(*workers)
-    return tally.done / elapsed, tally.failed
+    return Measured(tally.done / elapsed, tally.failed, cpu_us)
 
 
 def _body(stream: bool) -> bytes:
@@ -134,8 +166,13 @@ def _body(stream: bool) -> bytes:
 
 
 async def _load(
-    url: str, token: str | None, seconds: float, concurrency: int, stream: bool = False
-) -> tuple[float, int]:
+    url: str,
+    token: str | None,
+    seconds: float,
+    concurrency: int,
+    stream: bool = False,
+    bridge_pid: int | None = None,
+) -> Measured:
     """The load generator the rows share: aiohttp, cheap enough not to be the bottleneck."""
     body = _body(stream)
     headers = {"content-type": "application/json"}
@@ -149,10 +186,10 @@ async def _load(
                 await response.read()
                 return response.status
 
-        return await _drive(post, url, seconds, concurrency)
+        return await _drive(post, url, seconds, concurrency, bridge_pid)
 
 
-async def _load_httpx(url: str, seconds: float, concurrency: int) -> tuple[float, int]:
+async def _load_httpx(url: str, seconds: float, concurrency: int) -> Measured:
     """The same load from one pooled httpx client, for comparison."""
     body = _body(False)
     headers = {"content-type": "application/json"}
@@ -166,10 +203,12 @@ async def _load_httpx(url: str, seconds: float, concurrency: int) -> tuple[float
         return await _drive(post, url, seconds, concurrency)
 
 
-def _row(name: str, rate: float, failed: int, direct: float | None) -> None:
+def _row(name: str, measured: Measured, direct: float | None) -> None:
+    rate = measured.rate
     ratio = f"  {rate / direct:6.0%} of direct" if direct else ""
-    note = f"  ({failed} answers were not 200!)" if failed else ""
-    print(f"{name:<14} {rate:>8,.0f} calls/s{ratio}{note}", flush=True)
+    cpu = f"  {measured.cpu_us:5.0f} us of bridge CPU a call" if measured.cpu_us else ""
+    note = f"  ({measured.failed} answers were not 200!)" if measured.failed else ""
+    print(f"{name:<14} {rate:>8,.0f} calls/s{ratio}{cpu}{note}", flush=True)
 
 
 def main() -> None:
@@ -185,17 +224,23 @@ def main() -> None:
         asyncio.run(_serve_fake())
         return
     if args.serve_bridge:
-        asyncio.run(_serve_bridge(*args.serve_bridge))
+        from osmosis.eval.host import event_loop  # the engine's loop: uvloop where installed
+
+        event_loop.run(_serve_bridge(*args.serve_bridge))
         return
 
     print(f"{args.concurrency} calls in flight, {args.seconds:g} s per row, {os.cpu_count()} CPUs")
     fake, (fake_url,) = _spawn("--serve-fake")
     try:
         fake_chat = fake_url + "/chat/completions"
-        direct, failed = asyncio.run(_load(fake_chat, None, args.seconds, args.concurrency))
-        _row("direct", direct, failed, None)
-        rate, failed = asyncio.run(_load_httpx(fake_chat, args.seconds, args.concurrency))
-        _row("direct-httpx", rate, failed, direct)
+        measured = asyncio.run(_load(fake_chat, None, args.seconds, args.concurrency))
+        _row("direct", measured, None)
+        direct = measured.rate
+        _row(
+            "direct-httpx",
+            asyncio.run(_load_httpx(fake_chat, args.seconds, args.concurrency)),
+            direct,
+        )
         kinds = ["direct"] if args.no_litellm else ["direct", "litellm"]
         for kind in kinds:
             bridge, (bridge_url, token) = _spawn("--serve-bridge", fake_url, kind)
@@ -203,11 +248,11 @@ def main() -> None:
                 url = bridge_url + "/rollouts/{rollout}/chat/completions"
                 streams = (False, True) if kind == "direct" else (False,)
                 for stream in streams:
-                    rate, failed = asyncio.run(
-                        _load(url, token, args.seconds, args.concurrency, stream)
+                    measured = asyncio.run(
+                        _load(url, token, args.seconds, args.concurrency, stream, bridge.pid)
                     )
                     name = "litellm" if kind == "litellm" else "bridge"
-                    _row(name + ("-stream" if stream else ""), rate, failed, direct)
+                    _row(name + ("-stream" if stream else ""), measured, direct)
             finally:
                 bridge.terminate()
                 bridge.wait()
