@@ -672,11 +672,13 @@ class ModelBridge:
         request: dict[str, Any],
     ) -> Outcome:
         """Forward one call to the provider (past the budget) and record it for its attempt."""
-        if not self._budget.admit(self.spent()):
+        budget = self._budget
+        # With no limit set, nothing to weigh: `spent()` sums the whole log (~2 us a call).
+        if budget.budget.limited and not budget.admit(self.spent()):
             # Held, not answered: an answer the rollout could fail on would record its attempt
             # failed. The run halts on `budget_exhausted`; `forget` lets the call go.
-            await self._budget.hold(rollout_id)
-            reason = self._budget.reason or "the run's budget is spent"
+            await budget.hold(rollout_id)
+            reason = budget.reason or "the run's budget is spent"
             return Outcome(503, error=reason, code=_BUDGET_EXHAUSTED, released=True)
         self._forwarded += 1
         outcome = await self._call_provider(rollout_id, request)

@@ -267,8 +267,10 @@ class ProviderWatch:
 
     def _in_stalls(self, since: float) -> float:
         """Seconds from `since` to now that fall inside confirmed stalls."""
-        now = time.monotonic()
         state = self._state
+        if not state.stalls and state.stall_from is None:
+            return 0.0  # the provider never stalled: every call's case but an outage's
+        now = time.monotonic()
         spans = list(state.stalls)
         if state.stall_from is not None:
             spans.append((state.stall_from, now))

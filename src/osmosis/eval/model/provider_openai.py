@@ -24,8 +24,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import pydantic_core
+
 from osmosis.eval.model.providers import Completion, ModelTarget, ProviderError
 from osmosis.loopback import is_loopback_url
+from osmosis.rollout import jsonbytes
 from osmosis.rollout.http1 import ConnectFailed, Http1Client, TransportFailed, encode_headers
 
 if TYPE_CHECKING:
@@ -155,7 +158,7 @@ class OpenAIWireTransport:
 
     async def complete(self, body: Mapping[str, Any]) -> Completion:
         """Send one chat completion; raises `ProviderError` on any failure."""
-        content = json.dumps(body, separators=(",", ":")).encode()
+        content = jsonbytes.dumps(body)  # a sixth of json.dumps's time; UTF-8, not \u escapes
         if self._direct:
             if self._lean is None:
                 self._lean = Http1Client(
@@ -166,10 +169,7 @@ class OpenAIWireTransport:
             status, raw, headers = await self._post_aiohttp(content)
         if status >= 400:
             raise error_from_response(status, raw, headers)
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            payload = None
+        payload = _parsed(raw)
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
             # A 2xx that is not a completion comes from something in between (a proxy, a
             # wrong URL serving HTML): a bad gateway, worth another try.
@@ -235,6 +235,18 @@ class OpenAIWireTransport:
         lean, self._lean = self._lean, None
         if lean is not None:
             await lean.aclose()
+
+
+def _parsed(raw: bytes) -> Any:
+    """The answer's JSON; None when it is not JSON."""
+    try:
+        return pydantic_core.from_json(raw)  # a third of json.loads's time
+    except ValueError:
+        pass
+    try:  # what pydantic_core refuses and json takes: an escaped lone surrogate in a text
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def _proxied(url: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -370,3 +372,44 @@ async def test_litellm_reports_a_refused_connection_as_a_connection_failure() ->
         await transport.complete({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     await transport.aclose()
     assert (caught.value.cause, caught.value.retryable) == ("connection", True)
+
+
+async def test_the_direct_transport_sends_and_takes_any_json_text_unchanged() -> None:
+    """Non-ASCII text goes out as the same JSON value, and an answer whose text holds an
+    escaped lone surrogate (which the fast parser refuses) is still a completion."""
+    received: list[Any] = []
+    answer = (
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"caf\\u00e9 \\ud800"},'
+        b'"finish_reason":"stop"}]}'
+    )
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+        )
+        received.append(json.loads(await reader.readexactly(length)))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    transport = OpenAIWireTransport(ModelTarget(kind="openai-compatible", model="m", api_base=base))
+    request = {"model": "m", "messages": [{"role": "user", "content": "naïve 日本 \u2028 ✓"}]}
+    try:
+        completion = await transport.complete(request)
+    finally:
+        await transport.aclose()
+        server.close()
+        await server.wait_closed()
+    assert received == [request]
+    assert completion.payload["choices"][0]["message"]["content"] == "café \ud800"
+    assert completion.raw == answer  # handed back to the rollout byte for byte
