@@ -27,6 +27,10 @@ Cases (issue 18, and issue 11's replica rows):
        must not follow the dataset's size; with --sample also the default 10 % sample of
        100,000 rows (10,000 attempts).
 
+The first row says how late a 200 ms timer fires on this machine and what a folder and a file
+cost to create where the runs write: both move (b), the bare client's figure too, from one
+machine or day to the next (a slow temporary directory: try `--scratch`).
+
 CPU per attempt is the marginal cost: CPU seconds spent between the 10th and the 90th
 percentile of recorded attempts (read from /proc), divided by the attempts recorded in
 between, so start-up (imports, environment, servers) is left out. `--scratch /dev/shm` puts
@@ -44,6 +48,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 # ruff: noqa: E402
 
 import argparse
+import asyncio
 import heapq
 import json
 import os
@@ -407,6 +412,37 @@ class Table:
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
 
 
+def machine_row(table: Table, scratch: str | None) -> None:
+    """How late this machine's timers fire and what a file costs to create where the runs
+    write: two things that move (b) from one machine, or one day, to the next, for the bare
+    client too (a scripted model's 200 ms answer is a timer; every attempt writes files)."""
+    load = os.getloadavg()[0]
+
+    async def overshoot() -> float:
+        late = []
+        for _ in range(5):
+            began = time.monotonic()
+            await asyncio.sleep(0.2)
+            late.append(time.monotonic() - began - 0.2)
+        return statistics.mean(late) * 1000
+
+    timer_ms = asyncio.run(overshoot())
+    with tempfile.TemporaryDirectory(dir=scratch) as where:
+        began = time.perf_counter()
+        for index in range(300):  # a trial directory and a file in it, as an attempt has
+            folder = Path(where, f"t{index}")
+            folder.mkdir()
+            (folder / "trajectory.json").write_bytes(b"x" * 500)
+        create_us = (time.perf_counter() - began) / 300 * 1e6
+    table.add(
+        "machine: a 200 ms timer; a file made",
+        f"+{timer_ms:.1f} ms late",
+        f"{create_us:.0f} us for a folder and a file in {scratch or tempfile.gettempdir()}",
+        "",
+        (load, os.getloadavg()[0]),
+    )
+
+
 def case_a(table: Table, scratch: str | None) -> None:
     with FakeModelServer() as model:
         bare = run_bare(model, 2000, 64)
@@ -582,6 +618,7 @@ def main() -> None:
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
     table = Table()
+    machine_row(table, args.scratch)
     for name in args.cases.split(","):
         CASES[name.strip()](table, args)
     table.print()
