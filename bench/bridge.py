@@ -29,7 +29,9 @@ from pathlib import Path
 
 # Run as a script, bench/ comes first on sys.path, and bench/platform.py would shadow the
 # standard library's `platform` (which aiohttp, httpx and uuid import).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+_BENCH = Path(__file__).parent.resolve()
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))  # bench/engine.py, imported as a module
 # ruff: noqa: E402
 
 import argparse
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import httpx
+from bench.engine import cpu_seconds
 
 WARMUP_SECONDS = 1.0
 QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]
@@ -122,11 +125,6 @@ class Measured:
     cpu_us: float | None  # the bridge process's CPU per answer, when one was watched
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _drive(
     post: Callable[[str], Awaitable[int]],
     url: str,
@@ -151,11 +149,14 @@ async def _drive(
     await asyncio.sleep(WARMUP_SECONDS)
     tally.counting = True
     started = time.perf_counter()
-    cpu = _cpu_seconds(bridge_pid) if bridge_pid else 0.0
+    cpu_before = cpu_seconds(bridge_pid) if bridge_pid else None
     await asyncio.sleep(seconds)
     tally.counting = False
     elapsed = time.perf_counter() - started
-    cpu_us = (_cpu_seconds(bridge_pid) - cpu) * 1e6 / max(tally.done, 1) if bridge_pid else None
+    cpu_after = cpu_seconds(bridge_pid) if bridge_pid else None
+    cpu_us = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu_us = (cpu_after - cpu_before) * 1e6 / max(tally.done, 1)
     stop.set()
     await asyncio.gather(*workers)
     return Measured(tally.done / elapsed, tally.failed, cpu_us)
