@@ -78,14 +78,6 @@ async def _serve_bridge(fake_url: str, kind: str) -> None:
     for index in range(4096):
         bridge.open_rollout(f"r{index}")
     bridge.open_rollout("warmup")
-
-    async def take_calls() -> None:  # as the engine does when each attempt ends
-        while True:
-            await asyncio.sleep(0.05)
-            for index in range(4096):
-                bridge.take_calls(f"r{index}")
-
-    keeper = asyncio.create_task(take_calls())
     if kind == "litellm":  # import LiteLLM and warm its client before the clock starts
         async with httpx.AsyncClient() as client:
             await client.post(
@@ -96,8 +88,10 @@ async def _serve_bridge(fake_url: str, kind: str) -> None:
             )
     gc.freeze()  # as the engine does before its first dispatch (host/frozen_heap.py)
     print(bridge.base_url, bridge.token, flush=True)
-    await asyncio.Event().wait()
-    keeper.cancel()
+    while True:  # until terminated: each rollout's calls taken, as the engine does as it ends
+        await asyncio.sleep(0.05)
+        for index in range(4096):
+            bridge.take_calls(f"r{index}")
 
 
 def _spawn(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
