@@ -19,6 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from osmosis.eval.sites import cpu_split
+
 
 class BatchThread:
     def __init__(self, name: str, *, delay: float) -> None:
@@ -39,7 +41,9 @@ class BatchThread:
                 return  # the running batch takes it before it ends
             self._draining = True
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+                self._executor = ThreadPoolExecutor(
+                    1, thread_name_prefix=self._name, initializer=cpu_split.off_the_loop
+                )
             self._running = self._executor.submit(self._drain)
 
     def wait(self) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from osmosis.eval.sites import cpu_split
+
 __all__ = ["GroupCommit", "WriterClosed"]
 
 _Job = TypeVar("_Job")
@@ -96,6 +98,7 @@ class GroupCommit(Generic[_Job, _Result]):
 
     # -- the writer thread -------------------------------------------------------------------
     def _run(self) -> None:
+        cpu_split.off_the_loop()
         while True:
             with self._ready:
                 while not self._queue and not self._closing:

@@ -47,6 +47,7 @@ from osmosis.eval.results.metrics import summarize
 from osmosis.eval.results.records import AttemptRecord, WorkItem
 from osmosis.eval.results.redact import Redactor, sensitive_env_values
 from osmosis.eval.results.trial_outputs import DEFAULT_ARTIFACT_LIMITS
+from osmosis.eval.sites import cpu_split
 from osmosis.eval.sites.spec import (
     LocalSiteSpec,
     RaySiteSpec,
@@ -274,6 +275,12 @@ async def _dispatch(
         else f"{replicas} rollout servers"
     )
     async with contextlib.AsyncExitStack() as stack:
+        if not isinstance(spec, RaySiteSpec):
+            # Before the servers start: they go on CPUs the event loop does not use.
+            split = cpu_split.reserve()
+            stack.callback(cpu_split.release)
+            if split is not None:
+                run.log(split.describe())
         # The bridge's address is taken first, so the rollout servers (told it) start while
         # the bridge sets up its transport and price, or a local model loads; and the model's
         # pre-flight runs while they start. None needs another, each costs a few hundred ms
@@ -391,7 +398,7 @@ async def _dispatch(
         if stop is not None:
             watches.append(asyncio.create_task(_halt_on_stop(stop, engine)))
         try:
-            with frozen_heap():
+            with frozen_heap(), cpu_split.loop_on_its_cpu():
                 return await engine.run(_work_items(plan, run))
         finally:
             for watch in watches:

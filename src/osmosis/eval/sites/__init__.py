@@ -10,6 +10,7 @@
 - `ray/`: actors on a Ray cluster's nodes (the only place `ray` is imported).
 - `environment`, `rollout_process`, `rollout_client`: the rollout's uv environment, one rollout
   server process, and the HTTP client of the protocol, which the sites share.
+- `cpu_split`: the engine's event loop and this machine's rollout servers on CPUs of their own.
 
 Imports `errors`, `results` (redaction, trial outputs) and `model.bridge_http` (the sandbox's
 socket backlog); never the engine or a host.

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from osmosis.eval.sites import cpu_split
+
 PROVIDER_CREDENTIAL_VARIABLES = frozenset(
     {
         "AI21_API_KEY",
@@ -223,7 +225,7 @@ def spawn(launch: Launch, ready_write: int) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,  # one stream keeps tracebacks in order with the prints
             start_new_session=True,
             pass_fds=launch.pass_fds,
-            preexec_fn=_chain(die_with_parent_hook(), launch.preexec),
+            preexec_fn=_chain(die_with_parent_hook(), cpu_split.rollout_hook(), launch.preexec),
         )
     finally:
         os.close(ready_write)  # the child's now: its end-of-file is the child's exit

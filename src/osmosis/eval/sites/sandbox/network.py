@@ -35,6 +35,7 @@ from typing import cast
 
 from osmosis.eval.model.bridge_address import LISTEN_BACKLOG
 from osmosis.eval.model.bridge_http import serving
+from osmosis.eval.sites import cpu_split
 from osmosis.rollout.http1 import stream_socket
 
 _SLIRP_READY_SEC = 10.0
@@ -340,6 +341,7 @@ class Slirp:
                     stderr=errors,
                     pass_fds=(ready_write, exit_read, owner),
                     start_new_session=True,
+                    preexec_fn=cpu_split.rollout_hook(),  # the rollout's, not the loop's CPU
                 )
             except OSError as error:
                 for fd in (ready_read, ready_write, exit_read, exit_write):

@@ -1,0 +1,144 @@
+"""The engine's event loop and the rollout servers on CPUs of their own (issue 30): one run's
+loop claims a CPU with a lock the kernel drops with the process; a second run finds it taken
+and runs as before; the servers keep the rest.
+
+Each case runs in a child process allowed two CPUs (`sched_setaffinity`), with `TMPDIR` (where
+the locks live) in the test's own directory, so neither the machine's CPU count nor another
+run on it changes the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ALLOWED = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs a machine with 2 CPUs")
+LOW, HIGH = ALLOWED[:2]
+
+RESERVE = """
+import json, os, sys
+os.sched_setaffinity(0, {cpus})
+from osmosis.eval.sites import cpu_split
+split = cpu_split.reserve()
+print(json.dumps(None if split is None else [split.loop_cpu, sorted(split.rollout_cpus)]),
+      flush=True)
+if sys.argv[1:] == ["hold"]:
+    sys.stdin.readline()  # the reservation lasts until the test says
+    cpu_split.release()
+    print("released", flush=True)
+    sys.stdin.readline()
+    split = cpu_split.reserve()
+    print(json.dumps(None if split is None else split.loop_cpu), flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    return {**env, "TMPDIR": str(scratch), **extra}
+
+
+def _reserve(tmp_path: Path, cpus: set[int] | None = None, **env: str) -> object:
+    code = textwrap.dedent(RESERVE).format(cpus=cpus or {LOW, HIGH})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def test_the_loop_takes_the_higher_cpu_and_the_servers_keep_the_lower(tmp_path):
+    assert _reserve(tmp_path) == [HIGH, [LOW]]
+
+
+def test_nothing_is_reserved_when_switched_off_or_on_one_cpu(tmp_path):
+    assert _reserve(tmp_path, OSMOSIS_CPU_SPLIT="off") is None
+    assert _reserve(tmp_path, cpus={LOW}) is None
+    assert _reserve(tmp_path) == [HIGH, [LOW]]  # neither left anything behind
+
+
+def test_a_second_run_finds_the_cpu_taken_until_the_first_gives_it_back_or_ends(tmp_path):
+    code = textwrap.dedent(RESERVE).format(cpus={LOW, HIGH})
+    with subprocess.Popen(
+        [sys.executable, "-c", code, "hold"],
+        env=_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as first:
+        assert first.stdout is not None and first.stdin is not None
+        assert json.loads(first.stdout.readline()) == [HIGH, [LOW]]
+        # The lowest CPU is never the loop's, so on two CPUs the second run pins nothing.
+        assert _reserve(tmp_path) is None
+        first.stdin.write("release\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == "released"
+        assert _reserve(tmp_path) == [HIGH, [LOW]]  # that run has ended: free again
+        first.stdin.write("again\n")
+        first.stdin.flush()
+        assert json.loads(first.stdout.readline()) == HIGH
+        assert _reserve(tmp_path) is None
+        first.kill()
+    assert _reserve(tmp_path) == [HIGH, [LOW]]  # killed: the kernel dropped its lock
+
+
+def test_no_reservation_through_a_lock_directory_that_is_not_ours(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / f"osmosis-cpus-{os.getuid()}").write_text("not a directory")
+    assert _reserve(tmp_path) is None
+
+
+PLACED = """
+import json, os, subprocess, sys, threading
+os.sched_setaffinity(0, {cpus})
+from osmosis.eval.sites import cpu_split
+cpu_split.reserve()
+seen = {{}}
+server = subprocess.run(
+    [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+    preexec_fn=cpu_split.rollout_hook(), capture_output=True, text=True, check=True)
+seen["server"] = json.loads(server.stdout)
+with cpu_split.loop_on_its_cpu():
+    seen["loop"] = sorted(os.sched_getaffinity(0))
+    def writer():
+        seen["writer before"] = sorted(os.sched_getaffinity(0))
+        cpu_split.off_the_loop()
+        seen["writer"] = sorted(os.sched_getaffinity(0))
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+seen["after"] = sorted(os.sched_getaffinity(0))
+print(json.dumps(seen))
+"""
+
+
+def test_servers_run_on_their_cpus_the_loop_on_its_own_and_a_writer_anywhere(tmp_path):
+    code = textwrap.dedent(PLACED).format(cpus={LOW, HIGH})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {
+        "server": [LOW],  # and whatever it starts: affinity is inherited
+        "loop": [HIGH],
+        "writer before": [HIGH],  # a thread inherits its starter's CPUs
+        "writer": [LOW, HIGH],
+        "after": [LOW, HIGH],  # the dispatch over, the thread is free again
+    }
