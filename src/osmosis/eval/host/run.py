@@ -48,6 +48,7 @@ from osmosis.eval.results.records import AttemptRecord, WorkItem
 from osmosis.eval.results.redact import Redactor, sensitive_env_values
 from osmosis.eval.results.trial_outputs import DEFAULT_ARTIFACT_LIMITS
 from osmosis.eval.sites import cpu_split
+from osmosis.eval.sites.spawn import live_pids
 from osmosis.eval.sites.spec import (
     LocalSiteSpec,
     RaySiteSpec,
@@ -276,7 +277,7 @@ async def _dispatch(
     )
     async with contextlib.AsyncExitStack() as stack:
         if not isinstance(spec, RaySiteSpec):
-            # Before the servers start: they go on CPUs the event loop does not use.
+            # The dispatch's event loop and this machine's servers on CPUs of their own.
             split = cpu_split.reserve()
             stack.callback(cpu_split.release)
             if split is not None:
@@ -398,7 +399,7 @@ async def _dispatch(
         if stop is not None:
             watches.append(asyncio.create_task(_halt_on_stop(stop, engine)))
         try:
-            with frozen_heap(), cpu_split.loop_on_its_cpu():
+            with frozen_heap(), cpu_split.loop_on_its_cpu(servers=live_pids()):
                 return await engine.run(_work_items(plan, run))
         finally:
             for watch in watches:

@@ -1,9 +1,9 @@
 """The engine's event loop and this machine's rollout servers, each on CPUs of their own.
 
     split = cpu_split.reserve()          # None: one CPU, not Linux, switched off, or taken
-    spawn(launch, ready_write)           # a rollout server: on split.rollout_cpus
-    with cpu_split.loop_on_its_cpu():    # the dispatch: this thread on split.loop_cpu
-        ...
+    with cpu_split.loop_on_its_cpu(servers=spawn.live_pids()):
+        ...                              # the dispatch: this thread on split.loop_cpu, the
+                                         # servers and all they started on the other CPUs
     cpu_split.release()
 
 Why: an attempt crosses from the engine to its rollout server and back four times over
@@ -15,11 +15,17 @@ dispatch 1.100x its ideal, 1.073x with the loop and the servers on CPUs of their
 bare client 1.066x), an attempt +10.2 ms over the model's latency against +7.5 ms. Pinning
 only one side changed nothing (1.100x, 1.103x): the other follows it.
 
+Only the dispatch is split. Started on one CPU, a sandboxed server's processes (bwrap, the
+shim, the rollout) take turns there while the engine starts on the other: bench/start.py put
+the sandbox's start +40-54 ms over an unsandboxed one against +29-35 ms unsplit. So servers
+start anywhere and are moved when the dispatch begins; one started during it (a replacement)
+starts on the rollout servers' CPUs.
+
 One CPU of the allowed set is the engine's, claimed with a lock file (`flock`) that the kernel
 drops when the process ends, so two runs on one machine never pin their loops to the same
 CPU: the second runs as before, placed by the scheduler. The lowest CPU is never claimed, so
 the rollout servers always keep one. `OSMOSIS_CPU_SPLIT=off` turns it off. The standard
-library only: the command line reserves before it imports anything (`prestart`).
+library only, as `spawn` is.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import fcntl
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 SWITCH = "OSMOSIS_CPU_SPLIT"
@@ -52,6 +59,8 @@ class CpuSplit:
 
 
 _reserved: tuple[CpuSplit, int] | None = None  # the split and its lock's file descriptor
+_pinned = threading.local()  # .depth: this thread's `loop_on_its_cpu` blocks open
+_dispatching = 0  # `loop_on_its_cpu` blocks open in any thread: no release under them
 
 
 def reserve(environ: Mapping[str, str] | None = None) -> CpuSplit | None:
@@ -81,18 +90,18 @@ def reserve(environ: Mapping[str, str] | None = None) -> CpuSplit | None:
 
 
 def release() -> None:
-    """Give the loop's CPU back to other runs (idempotent). Servers already started stay on
-    their CPUs."""
+    """Give the loop's CPU back to other runs (idempotent; not while a dispatch of this
+    process still runs on it). Servers already started stay on their CPUs."""
     global _reserved
-    if _reserved is not None:
+    if _reserved is not None and _dispatching == 0:
         os.close(_reserved[1])
         _reserved = None
 
 
 def rollout_hook() -> Callable[[], None] | None:
-    """A `preexec_fn` putting a child, and all it starts, on the rollout servers' CPUs; None
-    when nothing is reserved."""
-    if _reserved is None:
+    """A `preexec_fn` putting a server spawned during a dispatch, and all it starts, on the
+    rollout servers' CPUs; None when nothing is reserved or nothing dispatches."""
+    if _reserved is None or _dispatching == 0:
         return None
     cpus = _reserved[0].rollout_cpus
 
@@ -103,20 +112,57 @@ def rollout_hook() -> Callable[[], None] | None:
 
 
 @contextlib.contextmanager
-def loop_on_its_cpu() -> Iterator[CpuSplit | None]:
-    """The calling thread (the event loop's) on the reserved CPU until the block ends. A
-    thread it starts meanwhile is there too until it calls `off_the_loop`."""
+def loop_on_its_cpu(servers: Iterable[int] = ()) -> Iterator[CpuSplit | None]:
+    """The calling thread (the event loop's) on the reserved CPU until the block ends, and
+    the processes `servers`, with all they started, on the others (`confine`). A thread it
+    starts meanwhile is on the loop's CPU too until it calls `off_the_loop`. Nested blocks
+    (two runs on one loop) pin once and restore once, at the outermost's end."""
+    global _dispatching
     if _reserved is None:
         yield None
         return
     split = _reserved[0]
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {split.loop_cpu})
+    depth = getattr(_pinned, "depth", 0)
+    if depth == 0:
+        _pinned.before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {split.loop_cpu})
+    confine(servers)
+    _pinned.depth = depth + 1
+    _dispatching += 1
     try:
         yield split
     finally:
-        with contextlib.suppress(OSError):  # a CPU taken away meanwhile (cpuset)
-            os.sched_setaffinity(0, before)
+        _dispatching -= 1
+        _pinned.depth -= 1
+        if _pinned.depth == 0:
+            with contextlib.suppress(OSError):  # a CPU taken away meanwhile (cpuset)
+                os.sched_setaffinity(0, _pinned.before)
+
+
+def confine(pids: Iterable[int]) -> None:
+    """Every thread of the processes `pids`, and of every process they started, on the
+    rollout servers' CPUs (what each starts from then on inherits it)."""
+    if _reserved is None:
+        return
+    cpus = _reserved[0].rollout_cpus
+    todo, seen = list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # it ended meanwhile
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task), cpus)
+            with (
+                contextlib.suppress(OSError, ValueError),
+                open(f"/proc/{pid}/task/{task}/children") as children,
+            ):
+                todo.extend(int(child) for child in children.read().split())
 
 
 def off_the_loop() -> None:
@@ -162,6 +208,7 @@ def _lock(path: str) -> int | None:
 __all__ = [
     "SWITCH",
     "CpuSplit",
+    "confine",
     "loop_on_its_cpu",
     "off_the_loop",
     "release",

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen, SubprocessError
 
-from osmosis.eval.sites import cpu_split
 from osmosis.eval.sites.spawn import (
     PROCESS_VARIABLES,
     Launch,
@@ -105,7 +104,6 @@ def start_early(
         instance_id=instance_id,
     )
     ready_read, ready_write = ready_pipe(launch)
-    cpu_split.reserve()  # the server goes on the rollout servers' CPUs, as the site's would
     try:
         popen = spawn(launch, ready_write)
     except (OSError, SubprocessError):  # the normal start says why, properly

@@ -331,6 +331,11 @@ def lifeline() -> int:
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process not yet stopped
 
 
+def live_pids() -> list[int]:
+    """The processes `spawn` started that are not stopped yet (`cpu_split.confine`)."""
+    return list(_LIVE)
+
+
 @atexit.register
 def _stop_leftovers() -> None:
     """Last resort at interpreter exit (including after Ctrl-C): TERM, a short grace, KILL."""

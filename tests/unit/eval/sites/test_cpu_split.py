@@ -102,17 +102,26 @@ def test_no_reservation_through_a_lock_directory_that_is_not_ours(tmp_path):
 
 
 PLACED = """
-import json, os, subprocess, sys, threading
+import json, os, signal, subprocess, sys, threading
 os.sched_setaffinity(0, {cpus})
 from osmosis.eval.sites import cpu_split
 cpu_split.reserve()
 seen = {{}}
-server = subprocess.run(
-    [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-    preexec_fn=cpu_split.rollout_hook(), capture_output=True, text=True, check=True)
-seen["server"] = json.loads(server.stdout)
-with cpu_split.loop_on_its_cpu():
+# A server started before the dispatch, which has started a process of its own.
+tree = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60)']); print(child.pid, flush=True); time.sleep(60)")
+server = subprocess.Popen([sys.executable, "-c", tree], stdout=subprocess.PIPE, text=True,
+                          preexec_fn=cpu_split.rollout_hook())
+its_child = int(server.stdout.readline())
+seen["server before"] = sorted(os.sched_getaffinity(server.pid))
+with cpu_split.loop_on_its_cpu(servers=[server.pid]):
     seen["loop"] = sorted(os.sched_getaffinity(0))
+    seen["server"] = sorted(os.sched_getaffinity(server.pid))
+    seen["its child"] = sorted(os.sched_getaffinity(its_child))
+    late = subprocess.run(
+        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        preexec_fn=cpu_split.rollout_hook(), capture_output=True, text=True, check=True)
+    seen["started during"] = json.loads(late.stdout)
     def writer():
         seen["writer before"] = sorted(os.sched_getaffinity(0))
         cpu_split.off_the_loop()
@@ -121,6 +130,9 @@ with cpu_split.loop_on_its_cpu():
     thread.start()
     thread.join()
 seen["after"] = sorted(os.sched_getaffinity(0))
+os.kill(its_child, signal.SIGKILL)
+server.kill()
+server.wait()
 print(json.dumps(seen))
 """
 
@@ -136,9 +148,55 @@ def test_servers_run_on_their_cpus_the_loop_on_its_own_and_a_writer_anywhere(tmp
         check=True,
     )
     assert json.loads(done.stdout) == {
-        "server": [LOW],  # and whatever it starts: affinity is inherited
+        "server before": [LOW, HIGH],  # it starts anywhere: a sandbox's processes in parallel
         "loop": [HIGH],
+        "server": [LOW],  # moved when the dispatch begins
+        "its child": [LOW],  # and all it started
+        "started during": [LOW],  # a replacement starts there
         "writer before": [HIGH],  # a thread inherits its starter's CPUs
         "writer": [LOW, HIGH],
         "after": [LOW, HIGH],  # the dispatch over, the thread is free again
+    }
+
+
+NESTED = """
+import json, os, subprocess, sys
+os.sched_setaffinity(0, {cpus})
+from osmosis.eval.sites import cpu_split
+cpu_split.reserve()
+
+def another_process_reserves():
+    code = ("import os; os.sched_setaffinity(0, {cpus}); from osmosis.eval.sites import "
+            "cpu_split; print(cpu_split.reserve() is not None)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout.strip().lower())
+
+first, second = cpu_split.loop_on_its_cpu(), cpu_split.loop_on_its_cpu()
+first.__enter__()
+second.__enter__()
+first.__exit__(None, None, None)
+cpu_split.release()  # the first run ends while the second still dispatches
+seen = {{"pinned": sorted(os.sched_getaffinity(0)), "free": another_process_reserves()}}
+second.__exit__(None, None, None)
+cpu_split.release()
+seen["after"] = [sorted(os.sched_getaffinity(0)), another_process_reserves()]
+print(json.dumps(seen))
+"""
+
+
+def test_two_runs_on_one_loop_keep_the_cpu_until_the_last_ends(tmp_path):
+    code = textwrap.dedent(NESTED).format(cpus={LOW, HIGH})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {
+        "pinned": [HIGH],
+        "free": False,
+        "after": [[LOW, HIGH], True],
     }
