@@ -62,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from osmosis.eval.sites.cpu_split import switched_off
 from osmosis.testing import FakeModelServer
 
 ROLLOUT = """
@@ -415,7 +416,9 @@ class Table:
 def machine_row(table: Table, scratch: str | None) -> None:
     """How late this machine's timers fire and what a file costs to create where the runs
     write: two things that move (b) from one machine, or one day, to the next, for the bare
-    client too (a scripted model's 200 ms answer is a timer; every attempt writes files)."""
+    client too (a scripted model's 200 ms answer is a timer; every attempt writes files).
+    Beside them, the CPUs the runs may use and whether their event loop and rollout server
+    get CPUs of their own (`eval/sites/cpu_split.py`), which moves (b) by ~2.5 points."""
     load = os.getloadavg()[0]
 
     async def overshoot() -> float:
@@ -434,9 +437,11 @@ def machine_row(table: Table, scratch: str | None) -> None:
             folder.mkdir()
             (folder / "trajectory.json").write_bytes(b"x" * 500)
         create_us = (time.perf_counter() - began) / 300 * 1e6
+    cpus = len(os.sched_getaffinity(0))
+    split = "not split (off)" if switched_off() else "not split" if cpus < 2 else "split"
     table.add(
         "machine: a 200 ms timer; a file made",
-        f"+{timer_ms:.1f} ms late",
+        f"+{timer_ms:.1f} ms late; {cpus} CPUs, loop and servers {split}",
         f"{create_us:.0f} us for a folder and a file in {scratch or tempfile.gettempdir()}",
         "",
         (load, os.getloadavg()[0]),

@@ -68,8 +68,7 @@ def reserve(environ: Mapping[str, str] | None = None) -> CpuSplit | None:
     global _reserved
     if _reserved is not None:
         return _reserved[0]
-    environ = os.environ if environ is None else environ
-    if environ.get(SWITCH, "").strip().lower() in {"off", "0", "false", "no"}:
+    if switched_off(environ):
         return None
     if not hasattr(os, "sched_getaffinity"):  # not Linux
         return None
@@ -87,6 +86,12 @@ def reserve(environ: Mapping[str, str] | None = None) -> CpuSplit | None:
         _reserved = (split, lock)
         return split
     return None
+
+
+def switched_off(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `OSMOSIS_CPU_SPLIT` says off (off, 0, false, no)."""
+    value = (os.environ if environ is None else environ).get(SWITCH, "")
+    return value.strip().lower() in {"off", "0", "false", "no"}
 
 
 def release() -> None:
@@ -214,4 +219,5 @@ __all__ = [
     "release",
     "reserve",
     "rollout_hook",
+    "switched_off",
 ]
