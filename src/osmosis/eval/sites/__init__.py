@@ -11,6 +11,7 @@
 - `environment`, `rollout_process`, `rollout_client`: the rollout's uv environment, one rollout
   server process, and the HTTP client of the protocol, which the sites share.
 - `cpu_split`: the engine's event loop and this machine's rollout servers on CPUs of their own.
+- `process_tree`: the processes below one (/proc), for `cpu_split` and the sandbox's launcher.
 
 Imports `errors`, `results` (redaction, trial outputs) and `model.bridge_http` (the sandbox's
 socket backlog); never the engine or a host.

@@ -39,6 +39,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from osmosis.eval.sites.process_tree import descendants
+
 SWITCH = "OSMOSIS_CPU_SPLIT"
 """Set to `off` (or 0, false, no) to leave the engine and its servers to the scheduler."""
 
@@ -111,7 +113,8 @@ def rollout_hook() -> Callable[[], None] | None:
     cpus = _reserved[0].rollout_cpus
 
     def hook() -> None:
-        os.sched_setaffinity(0, cpus)
+        with contextlib.suppress(OSError):  # CPUs taken away since (cpuset): start anyway
+            os.sched_setaffinity(0, cpus)
 
     return hook
 
@@ -130,7 +133,10 @@ def loop_on_its_cpu(servers: Iterable[int] = ()) -> Iterator[CpuSplit | None]:
     depth = getattr(_pinned, "depth", 0)
     if depth == 0:
         _pinned.before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {split.loop_cpu})
+        try:
+            os.sched_setaffinity(0, {split.loop_cpu})
+        except OSError:  # the CPU taken away since (cpuset): the dispatch runs unpinned
+            _pinned.before = None
     confine(servers)
     _pinned.depth = depth + 1
     _dispatching += 1
@@ -139,7 +145,7 @@ def loop_on_its_cpu(servers: Iterable[int] = ()) -> Iterator[CpuSplit | None]:
     finally:
         _dispatching -= 1
         _pinned.depth -= 1
-        if _pinned.depth == 0:
+        if _pinned.depth == 0 and _pinned.before is not None:
             with contextlib.suppress(OSError):  # a CPU taken away meanwhile (cpuset)
                 os.sched_setaffinity(0, _pinned.before)
 
@@ -150,24 +156,15 @@ def confine(pids: Iterable[int]) -> None:
     if _reserved is None:
         return
     cpus = _reserved[0].rollout_cpus
-    todo, seen = list(pids), set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # it ended meanwhile
-        for task in tasks:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(int(task), cpus)
-            with (
-                contextlib.suppress(OSError, ValueError),
-                open(f"/proc/{pid}/task/{task}/children") as children,
-            ):
-                todo.extend(int(child) for child in children.read().split())
+    for root in pids:
+        for pid in (root, *descendants(root)):
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # it ended meanwhile
+            for task in tasks:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task), cpus)
 
 
 def off_the_loop() -> None:
@@ -179,7 +176,8 @@ def off_the_loop() -> None:
 
 
 def _lock_directory() -> str | None:
-    """`$TMPDIR/osmosis-cpus-<uid>`, made private; None when it cannot be (or is not ours)."""
+    """`$TMPDIR/osmosis-cpus-<uid>`, made private; None when it cannot be, or is not ours
+    alone."""
     path = os.path.join(tempfile.gettempdir(), f"osmosis-cpus-{os.getuid()}")
     try:
         os.mkdir(path, 0o700)
@@ -191,8 +189,9 @@ def _lock_directory() -> str | None:
         info = os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        return None  # a file or another user's directory in its place: no claim through it
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        # A file, another user's directory or one others may write to: no claim through it.
+        return None
     return path
 
 

@@ -2,9 +2,9 @@
 loop claims a CPU with a lock the kernel drops with the process; a second run finds it taken
 and runs as before; the servers keep the rest.
 
-Each case runs in a child process allowed two CPUs (`sched_setaffinity`), with `TMPDIR` (where
-the locks live) in the test's own directory, so neither the machine's CPU count nor another
-run on it changes the answer.
+Each case runs in a child process allowed two CPUs (`sched_setaffinity`; one, for the case of
+one), with `TMPDIR` (where the locks live) in the test's own directory, so neither the
+machine's CPU count beyond two nor another run on it changes the answer.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ALLOWED = sorted(os.sched_getaffinity(0))
-pytestmark = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs a machine with 2 CPUs")
-LOW, HIGH = ALLOWED[:2]
+LOW, HIGH = ALLOWED[0], ALLOWED[-1]
+# A split needs two CPUs to put the loop and the servers on; a machine of one has nothing to
+# show here but that nothing is split (which runs anywhere).
+two_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="a split needs a machine with 2 CPUs")
 
 RESERVE = """
 import json, os, sys
@@ -47,8 +50,9 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, "TMPDIR": str(scratch), **extra}
 
 
-def _reserve(tmp_path: Path, cpus: set[int] | None = None, **env: str) -> object:
-    code = textwrap.dedent(RESERVE).format(cpus=cpus or {LOW, HIGH})
+def _child(tmp_path: Path, script: str, cpus: set[int] | None = None, **env: str) -> Any:
+    """What `script` (formatted with the CPUs it is allowed) prints, as JSON."""
+    code = textwrap.dedent(script).format(cpus=cpus or {LOW, HIGH})
     done = subprocess.run(
         [sys.executable, "-c", code],
         env=_env(tmp_path, **env),
@@ -60,16 +64,26 @@ def _reserve(tmp_path: Path, cpus: set[int] | None = None, **env: str) -> object
     return json.loads(done.stdout)
 
 
+def _reserve(tmp_path: Path, cpus: set[int] | None = None, **env: str) -> Any:
+    return _child(tmp_path, RESERVE, cpus, **env)
+
+
+@two_cpus
 def test_the_loop_takes_the_higher_cpu_and_the_servers_keep_the_lower(tmp_path):
     assert _reserve(tmp_path) == [HIGH, [LOW]]
 
 
-def test_nothing_is_reserved_when_switched_off_or_on_one_cpu(tmp_path):
-    assert _reserve(tmp_path, OSMOSIS_CPU_SPLIT="off") is None
+def test_nothing_is_reserved_on_one_cpu(tmp_path):
     assert _reserve(tmp_path, cpus={LOW}) is None
-    assert _reserve(tmp_path) == [HIGH, [LOW]]  # neither left anything behind
 
 
+@two_cpus
+def test_nothing_is_reserved_when_switched_off(tmp_path):
+    assert _reserve(tmp_path, OSMOSIS_CPU_SPLIT="off") is None
+    assert _reserve(tmp_path) == [HIGH, [LOW]]  # it left nothing behind
+
+
+@two_cpus
 def test_a_second_run_finds_the_cpu_taken_until_the_first_gives_it_back_or_ends(tmp_path):
     code = textwrap.dedent(RESERVE).format(cpus={LOW, HIGH})
     with subprocess.Popen(
@@ -95,10 +109,18 @@ def test_a_second_run_finds_the_cpu_taken_until_the_first_gives_it_back_or_ends(
     assert _reserve(tmp_path) == [HIGH, [LOW]]  # killed: the kernel dropped its lock
 
 
-def test_no_reservation_through_a_lock_directory_that_is_not_ours(tmp_path):
-    (tmp_path / "tmp").mkdir()
-    (tmp_path / "tmp" / f"osmosis-cpus-{os.getuid()}").write_text("not a directory")
+@two_cpus
+def test_no_reservation_through_a_lock_directory_that_is_not_ours_alone(tmp_path):
+    locks = tmp_path / "tmp" / f"osmosis-cpus-{os.getuid()}"
+    locks.parent.mkdir()
+    locks.write_text("not a directory")
     assert _reserve(tmp_path) is None
+    locks.unlink()
+    locks.mkdir()
+    locks.chmod(0o777)  # anyone could put a lock file of theirs in it
+    assert _reserve(tmp_path) is None
+    locks.chmod(0o700)
+    assert _reserve(tmp_path) == [HIGH, [LOW]]
 
 
 PLACED = """
@@ -137,17 +159,9 @@ print(json.dumps(seen))
 """
 
 
+@two_cpus
 def test_servers_run_on_their_cpus_the_loop_on_its_own_and_a_writer_anywhere(tmp_path):
-    code = textwrap.dedent(PLACED).format(cpus={LOW, HIGH})
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(done.stdout) == {
+    assert _child(tmp_path, PLACED) == {
         "server before": [LOW, HIGH],  # it starts anywhere: a sandbox's processes in parallel
         "loop": [HIGH],
         "server": [LOW],  # moved when the dispatch begins
@@ -185,17 +199,9 @@ print(json.dumps(seen))
 """
 
 
+@two_cpus
 def test_two_runs_on_one_loop_keep_the_cpu_until_the_last_ends(tmp_path):
-    code = textwrap.dedent(NESTED).format(cpus={LOW, HIGH})
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(done.stdout) == {
+    assert _child(tmp_path, NESTED) == {
         "pinned": [HIGH],
         "free": False,
         "after": [[LOW, HIGH], True],

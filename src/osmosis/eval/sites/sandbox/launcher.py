@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from osmosis.eval.model.bridge_address import LISTEN_BACKLOG
 from osmosis.eval.sites import prestart
+from osmosis.eval.sites.process_tree import descendants
 from osmosis.eval.sites.sandbox import disk, spare
 from osmosis.eval.sites.sandbox.environment import clean_base_env
 from osmosis.eval.sites.sandbox.layout import (
@@ -356,22 +357,13 @@ def descendant_running(pid: int, scripts: tuple[str, ...]) -> int | None:
     not an option (`python -I -S script …`; bwrap's own command line names it too, as a
     mount)."""
     wanted = {script.encode() for script in scripts}
-    pending = [pid]
-    while pending:
-        parent = pending.pop(0)
+    for child in descendants(pid):
         try:
-            tasks = list(Path(f"/proc/{parent}/task").iterdir())
-            children = [int(c) for t in tasks for c in (t / "children").read_text().split()]
-        except (OSError, ValueError):
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
             continue
-        for child in children:
-            try:
-                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if next((a for a in argv[1:] if not a.startswith(b"-")), None) in wanted:
-                return child
-            pending.append(child)
+        if next((a for a in argv[1:] if not a.startswith(b"-")), None) in wanted:
+            return child
     return None
 
 
